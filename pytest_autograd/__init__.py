@@ -1,0 +1,34 @@
+"""pytest-autograd: one marker turns a custom autograd op into a battery of checks.
+
+Importing this package must stay cheap: projects that install the plugin but
+have no autograd tests never pay for importing torch. Names that need torch
+are therefore resolved lazily on first access.
+"""
+
+from pytest_autograd.case import Sample
+
+__all__ = [
+    "Sample",
+    "Check",
+    "CheckContext",
+    "CheckFailure",
+    "Report",
+    "run_checks",
+]
+
+_LAZY = {
+    "Check": "pytest_autograd.checks.base",
+    "CheckContext": "pytest_autograd.checks.base",
+    "CheckFailure": "pytest_autograd.report",
+    "Report": "pytest_autograd.report",
+    "run_checks": "pytest_autograd.imperative",
+}
+
+
+def __getattr__(name):
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'pytest_autograd' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)

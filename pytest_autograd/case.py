@@ -1,0 +1,263 @@
+"""OpCase and Sample: normalising what the user's marker and test body gave.
+
+Everything here is validation with messages that name the mistake and the
+fix, so that bad input never surfaces as a traceback from inside torch.
+This module imports torch only inside functions.
+"""
+
+import inspect
+from dataclasses import dataclass, field
+
+
+class UsageProblem(Exception):
+    """A mistake in how the plugin was used: reported without a traceback."""
+
+
+class Sample:
+    """One call's arguments: ``Sample(x, weight, bias=None)``."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs)
+
+    def replace(self, args=None, kwargs=None):
+        return Sample(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+
+    def __repr__(self):
+        parts = [_describe(a) for a in self.args] + [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
+        return f"Sample({', '.join(parts)})"
+
+
+def _describe(value):
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"tensor{list(shape)}:{str(dtype).replace('torch.', '')}"
+    return repr(value)
+
+
+# Marker options understood by the core; checks may declare more.
+CORE_OPTIONS = {
+    "op": None,
+    "reference": None,
+    "checks": None,
+    "skip": None,
+    "devices": None,
+    "double_backward": True,
+    "atol": None,
+    "rtol": None,
+}
+
+
+@dataclass
+class OpCase:
+    """An op under test, its samples, optional reference and marker options."""
+
+    op: object
+    samples: list
+    reference: object = None
+    options: dict = field(default_factory=dict)
+    arg_names: list = field(default_factory=list)
+    name: str = "op"
+    # The pytest config (None outside pytest) and a callable re-running the
+    # test body with some arguments overridden, e.g. ``factory(size=4096)``.
+    config: object = None
+    factory: object = None
+
+    def call(self, *args, **kwargs):
+        return call_op(self.op, args, kwargs)
+
+    def call_reference(self, *args, **kwargs):
+        return self.reference(*args, **kwargs)
+
+    def arg_name(self, position):
+        """Name of positional argument ``position`` (an int) or keyword (a str)."""
+        if isinstance(position, str):
+            return position
+        if position < len(self.arg_names):
+            return self.arg_names[position]
+        return f"arg{position}"
+
+    def option(self, name, default=None):
+        value = self.options.get(name)
+        return default if value is None else value
+
+    @property
+    def is_function(self):
+        return is_autograd_function(self.op)
+
+
+def is_autograd_function(op):
+    from torch.autograd import Function
+
+    return inspect.isclass(op) and issubclass(op, Function)
+
+
+def call_op(op, args, kwargs):
+    if is_autograd_function(op):
+        return op.apply(*args, **kwargs)
+    return op(*args, **kwargs)
+
+
+def op_display_name(op):
+    for attr in ("__qualname__", "__name__", "_name", "name"):
+        value = getattr(op, attr, None)
+        if isinstance(value, str):
+            return value
+    return type(op).__name__
+
+
+def argument_names(op):
+    """Names of the op's positional arguments, as its author wrote them."""
+    schema = _schema_of(op)
+    if schema is not None:
+        return [argument.name for argument in schema.arguments]
+    target = op
+    drop_ctx = False
+    if is_autograd_function(op):
+        from torch.autograd import Function
+
+        target = op.forward
+        drop_ctx = getattr(op, "setup_context", None) is getattr(Function, "setup_context", None)
+    try:
+        parameters = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    if drop_ctx and parameters:
+        parameters = parameters[1:]
+    names = []
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.KEYWORD_ONLY):
+            break
+        names.append(parameter.name)
+    return names
+
+
+def _schema_of(op):
+    for candidate in (op, getattr(op, "_opoverload", None), getattr(op, "default", None)):
+        schema = getattr(candidate, "_schema", None)
+        if schema is not None and hasattr(schema, "arguments"):
+            return schema
+    return None
+
+
+def is_once_differentiable(op):
+    """True when the Function's backward is wrapped by ``@once_differentiable``."""
+    backward = getattr(op, "backward", None)
+    code = getattr(backward, "__code__", None)
+    if code is None:
+        return False
+    return code.co_name == "wrapper" and code.co_filename.replace("\\", "/").endswith("torch/autograd/function.py")
+
+
+def validate_marker(mark, known_options, known_checks, where):
+    """Check the marker's own arguments; raise UsageProblem naming the fix."""
+    if mark.args:
+        first = mark.args[0]
+        raise UsageProblem(
+            f"{where}: @pytest.mark.autograd_op takes the op as a keyword argument; "
+            f"write @pytest.mark.autograd_op(op={op_display_name(first)}, ...) "
+            f"(got {len(mark.args)} positional argument(s))."
+        )
+    unknown = sorted(set(mark.kwargs) - set(known_options))
+    if unknown:
+        raise UsageProblem(
+            f"{where}: unknown @pytest.mark.autograd_op argument(s) {', '.join(unknown)}; "
+            f"known arguments are: {', '.join(sorted(known_options))}."
+        )
+    if "op" not in mark.kwargs or mark.kwargs["op"] is None:
+        raise UsageProblem(f"{where}: @pytest.mark.autograd_op needs op=..., the Function or callable to check.")
+    op = mark.kwargs["op"]
+    if not callable(op):
+        raise UsageProblem(
+            f"{where}: op={op!r} is not callable; pass an autograd.Function subclass, "
+            "a function on tensors, or a torch.ops / torch.library.custom_op operator."
+        )
+    reference = mark.kwargs.get("reference")
+    if reference is not None and not callable(reference):
+        raise UsageProblem(f"{where}: reference={reference!r} is not callable; pass a function with the op's signature.")
+    for option in ("checks", "skip"):
+        names = mark.kwargs.get(option)
+        if names is None:
+            continue
+        names = [names] if isinstance(names, str) else list(names)
+        bad = [name for name in names if name not in known_checks]
+        if bad:
+            raise UsageProblem(
+                f"{where}: {option}= names unknown check(s) {', '.join(map(repr, bad))}; "
+                f"known checks are: {', '.join(known_checks)}."
+            )
+    double_backward = mark.kwargs.get("double_backward", True)
+    if not isinstance(double_backward, bool):
+        raise UsageProblem(f"{where}: double_backward= must be True or False, got {double_backward!r}.")
+    for option in ("atol", "rtol"):
+        value = mark.kwargs.get(option)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise UsageProblem(f"{where}: {option}= must be a non-negative number, got {value!r}.")
+
+
+def normalise_samples(returned, where):
+    """Turn what the test body returned into a non-empty list of Samples."""
+    import torch
+
+    if returned is None:
+        raise UsageProblem(
+            f"{where}: the test body returned None; a test marked autograd_op must "
+            "`return` its samples: one tuple of arguments, a Sample, or a list of them."
+        )
+    if isinstance(returned, (Sample, tuple, torch.Tensor)):
+        items = [returned]
+    elif isinstance(returned, list):
+        items = returned
+    else:
+        raise UsageProblem(
+            f"{where}: the test body returned {type(returned).__name__}; return one tuple "
+            "of arguments, a Sample, or a list of them."
+        )
+    if not items:
+        raise UsageProblem(f"{where}: the test body returned an empty list: there are no samples to check.")
+    samples = []
+    for index, item in enumerate(items):
+        if isinstance(item, Sample):
+            sample = item
+        elif isinstance(item, tuple):
+            sample = Sample(*item)
+        elif isinstance(item, torch.Tensor):
+            sample = Sample(item)
+        else:
+            raise UsageProblem(
+                f"{where}: sample {index} is a {type(item).__name__}; each sample must be a tuple "
+                "of the op's arguments (tensors, numbers or None) or a pytest_autograd.Sample."
+            )
+        _validate_sample(sample, index, where)
+        samples.append(sample)
+    return samples
+
+
+def _validate_sample(sample, index, where):
+    import torch
+
+    values = list(sample.args) + list(sample.kwargs.values())
+    for position, value in enumerate(values):
+        if type(value).__module__ == "numpy" and hasattr(value, "shape"):
+            raise UsageProblem(
+                f"{where}: sample {index} argument {position} is a numpy array; "
+                "pass torch tensors (torch.from_numpy(array))."
+            )
+    if not any(isinstance(value, torch.Tensor) for value in values):
+        raise UsageProblem(
+            f"{where}: sample {index} ({sample!r}) has no tensor arguments; "
+            "a sample is the op's arguments, with at least one torch.Tensor."
+        )
+
+
+def build_case(mark_kwargs, samples):
+    op = mark_kwargs["op"]
+    return OpCase(
+        op=op,
+        samples=samples,
+        reference=mark_kwargs.get("reference"),
+        options=dict(mark_kwargs),
+        arg_names=argument_names(op),
+        name=op_display_name(op),
+    )

@@ -1,0 +1,1 @@
+"""Built-in checks: one module per check, each defining ``check = ...``."""

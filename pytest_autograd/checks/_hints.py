@@ -1,0 +1,27 @@
+"""Hints at the likely cause of a derivative mismatch, from its pattern."""
+
+import math
+
+
+def derivative_hint(error):
+    expected, got = error.expected, error.got
+    if error.argument_grad_all_zero and error.numerical_nonzero:
+        return (f"backward returns no gradient (None or zeros) for `{error.argument}` although the output "
+                "depends on it: check the order of the gradients backward returns and ctx.needs_input_grad indexing")
+    if "not linear in grad_output" in error.strategy:
+        return ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale "
+                "with grad_output, including negative values")
+    if not math.isfinite(got):
+        return "backward produced inf/NaN where the numerical derivative is finite"
+    if expected != 0 and abs(got + expected) <= 1e-3 * abs(expected):
+        return "the analytical gradient has the wrong sign"
+    if expected != 0 and got != 0:
+        ratio = got / expected
+        for factor in (2.0, 0.5, 3.0, 1 / 3):
+            if abs(ratio - factor) < 1e-3 * factor:
+                return f"the analytical gradient is {fmt_factor(factor)} the numerical one: a constant factor is off"
+    return None
+
+
+def fmt_factor(factor):
+    return {2.0: "twice", 0.5: "half", 3.0: "three times", 1 / 3: "a third of"}.get(factor, f"{factor:g}x")

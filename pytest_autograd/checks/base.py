@@ -1,0 +1,95 @@
+"""The unit every check is: a name, an ``applies`` predicate and a ``run``.
+
+A third-party check subclasses :class:`Check` and registers an instance
+through the ``pytest_autograd_register_checks`` hook, exactly like the
+built-in ones.
+"""
+
+import torch
+
+from pytest_autograd.compare import Mismatch, compare_tensors, tolerance_for
+from pytest_autograd.execution import OpRaised, prepare, run_op
+from pytest_autograd.report import CheckFailure, Report
+
+
+class Check:
+    """Base class of checks.
+
+    ``default``: False for opt-in checks, whose items are skipped unless
+    selected (``--autograd-checks`` or ``checks=`` on the marker).
+    ``options``: extra marker keywords this check understands, with defaults.
+    """
+
+    name = None
+    description = ""
+    default = True
+    options = {}
+
+    def applies(self, case, device):
+        """Return None when the check applies, else the reason it is skipped."""
+        return None
+
+    def run(self, context):
+        """Raise :class:`CheckFailure` (via ``context.fail``) when the op is wrong."""
+        raise NotImplementedError
+
+
+class CheckContext:
+    """What a check run gets: the case, the device, a seeded generator, helpers."""
+
+    def __init__(self, check_name, case, device, seed):
+        self.check_name = check_name
+        self.case = case
+        self.device = device
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.sample_index = None
+        self.dtype = None
+
+    def samples(self):
+        """(index, sample) pairs; failures raised meanwhile name the sample."""
+        for index, sample in enumerate(self.case.samples):
+            self.sample_index = index
+            yield index, sample
+        self.sample_index = None
+
+    def prepare(self, sample, device=None, dtype=None, **kwargs):
+        self.dtype = dtype or _floating_dtype(sample)
+        return prepare(self.case, sample, device or self.device, dtype=dtype, **kwargs)
+
+    def run_op(self, prepared, leaves=None, fn=None):
+        return run_op(self.case, prepared, leaves, fn)
+
+    def tolerance(self, dtype):
+        return tolerance_for(dtype, self.case.option("atol"), self.case.option("rtol"))
+
+    def failure(self, summary, **fields):
+        fields.setdefault("device", self.device)
+        fields.setdefault("sample", self.sample_index)
+        if "dtype" not in fields and self.dtype is not None:
+            fields["dtype"] = str(self.dtype).replace("torch.", "")
+        return CheckFailure(Report(check=self.check_name, summary=summary, seed=self.seed, **fields))
+
+    def fail(self, summary, **fields):
+        raise self.failure(summary, **fields)
+
+    def compare(self, expected, got, summary, what, dtype=None, hint=None, **fields):
+        """Compare two tensors with dtype-aware tolerances; fail naming ``what``."""
+        atol, rtol = self.tolerance(dtype or expected.dtype)
+        mismatch = compare_tensors(expected, got, atol, rtol)
+        if mismatch is None:
+            return
+        self.fail_mismatch(mismatch, summary, what, hint=hint, **fields)
+
+    def fail_mismatch(self, mismatch: Mismatch, summary, what, hint=None, **fields):
+        self.fail(summary, worst=mismatch.worst(what), error=mismatch.error_line(), hint=hint, **fields)
+
+
+def _floating_dtype(sample):
+    for value in list(sample.args) + list(sample.kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.dtype
+    return None
+
+
+__all__ = ["Check", "CheckContext", "CheckFailure", "OpRaised"]

@@ -1,0 +1,59 @@
+"""gradcheck: analytical vs numerical first derivatives, in float64.
+
+Small inputs get the full Jacobian; large ones targeted probes (see
+``_derivatives``), so a 200k-element op is checked in seconds without
+building a Jacobian.
+"""
+
+import torch
+
+from pytest_autograd.checks._derivatives import find_derivative_error
+from pytest_autograd.checks._hints import derivative_hint
+from pytest_autograd.checks.base import Check
+from pytest_autograd.execution import output_label
+
+
+def has_floating_input(case):
+    return any(
+        isinstance(value, torch.Tensor) and value.is_floating_point()
+        for sample in case.samples
+        for value in list(sample.args) + list(sample.kwargs.values())
+    )
+
+
+class GradCheck(Check):
+    name = "gradcheck"
+    description = "analytical vs numerical first derivatives in float64, for every floating argument"
+
+    def applies(self, case, device):
+        if not has_floating_input(case):
+            return "no floating-point tensor argument to differentiate"
+        return None
+
+    def run(self, context):
+        for index, sample in context.samples():
+            prepared = context.prepare(sample, dtype=torch.float64)
+            if not prepared.leaves:
+                continue
+            outputs = context.run_op(prepared)
+            output_names = [output_label(k, len(outputs)) for k in range(len(outputs))]
+            if not any(out.is_floating_point() for out in outputs):
+                continue
+
+            def fn(leaves):
+                return context.run_op(prepared, leaves)
+
+            atol, rtol = context.case.option("atol"), context.case.option("rtol")
+            error = find_derivative_error(
+                fn, prepared.leaves, prepared.names, output_names, context.generator,
+                **({"atol": atol} if atol is not None else {}), **({"rtol": rtol} if rtol is not None else {}),
+            )
+            if error is not None:
+                context.fail(
+                    f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
+                    output=error.output, argument=error.argument, worst=error.worst(),
+                    error=error.error_line(), hint=derivative_hint(error),
+                )
+
+
+check = GradCheck()

@@ -1,0 +1,102 @@
+"""gradgradcheck: second derivatives, i.e. the backward is itself differentiable.
+
+Runs the first-derivative engine on ``(inputs, grad_outputs) -> backward``.
+A backward that silently is not differentiable (detached tensors, a raw
+kernel) gives all-zero analytical second derivatives: the report says so
+instead of "Jacobian mismatch".
+"""
+
+import torch
+
+from pytest_autograd.case import is_once_differentiable
+from pytest_autograd.checks._derivatives import find_derivative_error
+from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.gradcheck import has_floating_input
+from pytest_autograd.execution import OpRaised, output_label, random_cotangents
+
+NOT_DIFFERENTIABLE_HINT = (
+    "backward is not differentiable w.r.t. `{name}`: it likely uses detached tensors (.detach(), .data, "
+    ".item(), numpy) or a kernel without autograd support. Write backward with differentiable torch ops, "
+    "or declare it with @once_differentiable / double_backward=False on the marker"
+)
+
+
+class GradGradCheck(Check):
+    name = "gradgradcheck"
+    description = "analytical vs numerical second derivatives (double backward) in float64"
+
+    def applies(self, case, device):
+        if case.option("double_backward") is False:
+            return "double_backward=False on the marker: the op declares no second derivative"
+        if case.is_function and is_once_differentiable(case.op):
+            return "backward is @once_differentiable: the op declares no second derivative"
+        if not has_floating_input(case):
+            return "no floating-point tensor argument to differentiate"
+        return None
+
+    def run(self, context):
+        for index, sample in context.samples():
+            prepared = context.prepare(sample, dtype=torch.float64)
+            if not prepared.leaves:
+                continue
+            outputs = context.run_op(prepared)
+            differentiable = [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
+            if not differentiable:
+                continue
+            n_inputs = len(prepared.leaves)
+            names = [output_label(k, len(outputs)) for k in range(len(outputs))]
+            cotangent_leaves = [c.requires_grad_(True) for c in
+                                random_cotangents([outputs[k] for k in differentiable], context.generator)]
+            leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
+            first_grads_require_grad = []
+
+            def backward(leaves):
+                inputs, cotangents = leaves[:n_inputs], leaves[n_inputs:]
+                outs = context.run_op(prepared, inputs)
+                pairs = [(outs[k], c) for k, c in zip(differentiable, cotangents) if outs[k].requires_grad]
+                try:
+                    grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
+                                                create_graph=True, allow_unused=True)
+                except Exception as error:
+                    raise OpRaised("backward", error) from error
+                first_grads_require_grad.append([g is not None and g.requires_grad for g in grads])
+                return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+
+            try:
+                error = find_derivative_error(
+                    backward, prepared.leaves + cotangent_leaves, leaf_names,
+                    [f"grad {name}" for name in prepared.names], context.generator,
+                    numerical_needs_grad=True, **_tolerances(context),
+                )
+            except OpRaised as raised:
+                if "once_differentiable" in str(raised.error):
+                    from pytest import skip
+
+                    skip("backward is @once_differentiable: the op declares no second derivative")
+                raise
+            if error is None:
+                continue
+            if error.argument_grad_all_zero and error.numerical_nonzero:
+                detached = not any(any(row) for row in first_grads_require_grad)
+                summary = ("backward is not differentiable: its results do not require grad, so every second "
+                           "derivative is zero" if detached else
+                           f"backward is not differentiable w.r.t. `{error.argument}`: the analytical second "
+                           "derivative is all zeros while the numerical one is not")
+                context.fail(summary, output=error.output, argument=error.argument, worst=error.worst(),
+                             error=error.error_line(), hint=NOT_DIFFERENTIABLE_HINT.format(name=error.argument))
+            context.fail(
+                f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the numerical one",
+                output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
+                hint="the backward's own gradient is wrong: check the ops backward uses on saved tensors",
+            )
+
+
+def _tolerances(context):
+    found = {}
+    for option in ("atol", "rtol"):
+        if context.case.option(option) is not None:
+            found[option] = context.case.option(option)
+    return found
+
+
+check = GradGradCheck()

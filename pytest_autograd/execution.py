@@ -1,0 +1,163 @@
+"""Running an op the way a careful hand-written test would.
+
+Owns everything people get wrong by hand: fresh leaves with requires_grad
+for floating inputs, casting and moving to a device, passing clones so an
+in-place op never touches a leaf, and flattening outputs.
+"""
+
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from pytest_autograd.report import CheckFailure, Report
+
+
+def is_differentiable_dtype(tensor):
+    return isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
+
+
+@dataclass
+class Prepared:
+    """A sample made ready for one run: leaves plus the fixed arguments around them."""
+
+    args: list
+    kwargs: dict
+    slots: list  # where each leaf sits: int (positional) or str (keyword)
+    leaves: list  # the differentiable inputs, leaf tensors
+    names: list  # argument name of each leaf
+
+    def call_args(self, leaves=None, clone=True):
+        """Arguments for one call, with ``leaves`` (default: own) in their slots."""
+        leaves = self.leaves if leaves is None else leaves
+        args, kwargs = list(self.args), dict(self.kwargs)
+        for slot, leaf in zip(self.slots, leaves):
+            value = leaf.clone() if clone else leaf
+            if isinstance(slot, int):
+                args[slot] = value
+            else:
+                kwargs[slot] = value
+        for position, value in enumerate(args):
+            if isinstance(value, torch.Tensor) and position not in self.slots:
+                args[position] = value.clone()
+        for key, value in kwargs.items():
+            if isinstance(value, torch.Tensor) and key not in self.slots:
+                kwargs[key] = value.clone()
+        return args, kwargs
+
+
+def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):
+    """Copy ``sample`` onto ``device``; floating tensors become leaves.
+
+    ``dtype`` casts floating tensors (e.g. float64 for numerical checks).
+    ``only``, a set of slots, limits which floating inputs require grad.
+    """
+    args, kwargs, slots, leaves, names = [], {}, [], [], []
+
+    def convert(slot, value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        value = value.detach()
+        if value.is_floating_point():
+            value = value.to(device=device, dtype=dtype or value.dtype, copy=True)
+            if requires_grad and (only is None or slot in only):
+                value.requires_grad_(True)
+                slots.append(slot)
+                leaves.append(value)
+                names.append(case.arg_name(slot))
+            return value
+        return value.to(device=device, copy=True)
+
+    for position, value in enumerate(sample.args):
+        args.append(convert(position, value))
+    for key, value in sample.kwargs.items():
+        kwargs[key] = convert(key, value)
+    return Prepared(args, kwargs, slots, leaves, names)
+
+
+def flatten_outputs(result):
+    """The op's tensor outputs, in order, from a tensor or (nested) tuple/list."""
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        flat = []
+        for item in result:
+            flat.extend(flatten_outputs(item))
+        return flat
+    return []
+
+
+def output_label(index, count):
+    return "output" if count == 1 else f"output {index}"
+
+
+class OpRaised(Exception):
+    """The op (or its backward) raised; carries a short, user-facing description."""
+
+    def __init__(self, phase, error):
+        self.phase = phase
+        self.error = error
+        super().__init__(f"{phase} raised {type(error).__name__}: {error}")
+
+    def where(self):
+        frames = traceback.extract_tb(self.error.__traceback__)
+        user = [f for f in frames if "/torch/" not in f.filename and "pytest_autograd" not in f.filename]
+        frame = (user or frames or [None])[-1]
+        return None if frame is None else f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def run_op(case, prepared, leaves=None, fn=None):
+    """Call the op (or ``fn``) on fresh clones of the leaves; return flat outputs."""
+    args, kwargs = prepared.call_args(leaves)
+    try:
+        result = (fn or case.call)(*args, **kwargs)
+    except Exception as error:  # reported as the op's own failure
+        raise OpRaised("forward", error) from error
+    return flatten_outputs(result)
+
+
+def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None):
+    """vjp: gradients of ``sum(<cotangent, output>)`` w.r.t. leaves, zeros for unused."""
+    pairs = [(o, c) for o, c in zip(outputs, cotangents) if c is not None and o.requires_grad]
+    if not pairs:
+        return [torch.zeros_like(leaf) for leaf in leaves]
+    try:
+        grads = torch.autograd.grad(
+            [o for o, _ in pairs],
+            leaves,
+            [c for _, c in pairs],
+            allow_unused=True,
+            create_graph=create_graph,
+            retain_graph=retain_graph,
+        )
+    except Exception as error:
+        raise OpRaised("backward", error) from error
+    return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+
+
+def random_cotangents(outputs, generator, device=None):
+    """Sign-mixed, non-unit cotangents for differentiable outputs (None for others)."""
+    cotangents = []
+    for output in outputs:
+        if is_differentiable_dtype(output):
+            values = torch.randn(output.shape, generator=generator, dtype=torch.float64)
+            cotangents.append(values.to(device=device or output.device, dtype=output.dtype))
+        else:
+            cotangents.append(None)
+    return cotangents
+
+
+def op_failure(check, error, context, sample=None, dtype=None):
+    """A CheckFailure for an op that raised, pointing at the user's frame."""
+    where = error.where()
+    details = [f"at {where}"] if where else []
+    return CheckFailure(
+        Report(
+            check=check,
+            summary=f"the op's {error.phase} raised {type(error.error).__name__}: {error.error}",
+            device=context.device,
+            dtype=dtype,
+            sample=sample,
+            details=details,
+        )
+    )

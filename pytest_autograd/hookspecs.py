@@ -1,0 +1,28 @@
+"""Hooks through which checks are registered and samples adjusted.
+
+The built-in checks register through ``pytest_autograd_register_checks``
+exactly as a third-party plugin or a ``conftest.py`` would.
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("pytest")
+
+
+@hookspec(historic=True)
+def pytest_autograd_register_checks(registry):
+    """Add checks to ``registry`` (a :class:`pytest_autograd.registry.CheckRegistry`).
+
+    Call ``registry.add(check)`` with a :class:`pytest_autograd.Check`
+    instance, or ``registry.add_lazy(name, "module.path")`` to import the
+    module (which defines ``check = ...``) only when a marked test needs it.
+    Historic: conftest files loaded later still get to register.
+    """
+
+
+@hookspec
+def pytest_autograd_adjust_samples(case, device):
+    """Return a new list of samples for ``case`` on ``device``, or None to keep them.
+
+    Called once per item before the check runs, e.g. to shrink sizes on CPU.
+    """

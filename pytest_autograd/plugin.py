@@ -1,0 +1,153 @@
+"""The pytest plugin: options, the autograd_op marker, item generation, fixtures, summary.
+
+Imports no torch at module level: a project that installs the plugin but
+has no autograd tests never pays for importing torch.
+"""
+
+from dataclasses import dataclass
+
+import pytest
+
+from pytest_autograd import builtin, hookspecs
+from pytest_autograd.case import CORE_OPTIONS, UsageProblem, validate_marker
+from pytest_autograd.registry import CheckRegistry
+from pytest_autograd.settings import Settings, add_options, parse_devices
+from pytest_autograd.summary import Tally
+
+MARKER = "autograd_op"
+ITEM_ARG = "_autograd_item"
+SETTINGS = pytest.StashKey()
+REGISTRY = pytest.StashKey()
+TALLY = pytest.StashKey()
+
+
+@dataclass(frozen=True)
+class ItemSpec:
+    """Which check runs on which device for one generated item."""
+
+    check: str
+    device: str
+    selected: bool  # explicitly asked for (matters for opt-in checks)
+
+    def __str__(self):
+        return f"{self.check}-{self.device}"
+
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser):
+    add_options(parser)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(op=..., reference=None, checks=None, skip=None, devices=None, double_backward=True, "
+        "atol=None, rtol=None): run pytest-autograd's checks on op; the test body returns the samples.",
+    )
+    settings = Settings.from_config(config)
+    registry = CheckRegistry()
+    config.stash[SETTINGS] = settings
+    config.stash[REGISTRY] = registry
+    config.stash[TALLY] = Tally()
+    config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
+    if not config.pluginmanager.is_registered(builtin):
+        config.pluginmanager.register(builtin, "autograd-builtin-checks")
+    config.hook.pytest_autograd_register_checks.call_historic(kwargs={"registry": registry})
+    settings.validate_checks(registry.names())
+
+
+def pytest_report_header(config):
+    settings = config.stash[SETTINGS]
+    checks = ",".join(settings.checks) if settings.checks else "all"
+    return f"autograd: devices={','.join(settings.devices)} checks={checks} seed={settings.seed}"
+
+
+def pytest_generate_tests(metafunc):
+    mark = metafunc.definition.get_closest_marker(MARKER)
+    if mark is None:
+        return
+    config = metafunc.config
+    settings, registry = config.stash[SETTINGS], config.stash[REGISTRY]
+    where = metafunc.definition.nodeid
+    known_checks = registry.names()
+    try:
+        known_options = dict(CORE_OPTIONS)
+        for check in registry.checks():
+            known_options.update(getattr(check, "options", {}) or {})
+        validate_marker(mark, known_options, known_checks, where)
+        devices = mark.kwargs.get("devices") or settings.devices
+        if isinstance(devices, str):
+            devices = parse_devices(devices, f"{where}: devices=")
+        else:
+            devices = parse_devices(",".join(devices), f"{where}: devices=")
+    except (UsageProblem, pytest.UsageError) as problem:
+        raise metafunc.definition.CollectError(str(problem)) from None
+    specs = [ItemSpec(name, device, selected) for name, selected in _selected_checks(settings, registry, mark)
+             for device in devices]
+    metafunc.fixturenames.append(ITEM_ARG)
+    metafunc.parametrize(ITEM_ARG, specs, ids=[str(spec) for spec in specs])
+
+
+def _selected_checks(settings, registry, mark):
+    """(name, explicitly selected) for each check this marked test runs."""
+    wanted = mark.kwargs.get("checks")
+    wanted = [wanted] if isinstance(wanted, str) else wanted
+    skipped = mark.kwargs.get("skip") or []
+    skipped = [skipped] if isinstance(skipped, str) else skipped
+    chosen = []
+    for name in registry.names():
+        if settings.checks is not None and name not in settings.checks:
+            continue
+        if wanted is not None and name not in wanted:
+            continue
+        if name in skipped:
+            continue
+        chosen.append((name, settings.checks is not None or wanted is not None))
+    return chosen
+
+
+def item_spec(item):
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get(ITEM_ARG)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    spec = item_spec(pyfuncitem)
+    if spec is None:
+        return None
+    from pytest_autograd.runner import run_item
+
+    config = pyfuncitem.config
+    run_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
+    return True
+
+
+def pytest_runtest_setup(item):
+    spec = item_spec(item)
+    if spec is not None:
+        item.user_properties.append(("autograd", f"{spec.check}|{spec.device}"))
+
+
+@pytest.fixture
+def autograd_device(request):
+    """The device of the current item (``cpu``, ``cuda``, ...); the first configured one elsewhere."""
+    spec = item_spec(request.node)
+    if spec is not None:
+        return spec.device
+    return request.config.stash[SETTINGS].devices[0]
+
+
+@pytest.fixture
+def autograd_check(request):
+    """``autograd_check(op, *args, reference=None, checks=None, **options)``: run the checks imperatively.
+
+    Runs on every configured device; fails the test with the same reports as
+    the marker. Returns the list of outcomes (check, device, status, detail).
+    """
+    from pytest_autograd.imperative import fixture_runner
+
+    return fixture_runner(request)

@@ -1,0 +1,119 @@
+"""Running one generated item: device, seed, samples, applies, run, report."""
+
+import inspect
+import zlib
+
+import pytest
+import torch
+
+from pytest_autograd.case import UsageProblem, build_case, normalise_samples
+from pytest_autograd.checks.base import CheckContext
+from pytest_autograd.execution import OpRaised, op_failure
+from pytest_autograd.report import CheckFailure
+
+MARKER = "autograd_op"
+
+
+def device_problem(device):
+    """None when ``device`` can run here, else why not."""
+    kind, _, index = device.partition(":")
+    if kind == "cpu":
+        return None
+    backend = getattr(torch, kind, None)
+    if kind == "mps":
+        available = torch.backends.mps.is_available()
+        count = 1 if available else 0
+    elif backend is not None and hasattr(backend, "is_available"):
+        available = backend.is_available()
+        count = backend.device_count() if available and hasattr(backend, "device_count") else int(available)
+    else:
+        return f"this torch build has no {kind!r} backend"
+    if not available:
+        built = ""
+        if kind == "cuda":
+            built = f" (torch {torch.__version__} is built {'with CUDA ' + torch.version.cuda if torch.version.cuda else 'without CUDA'})"
+        return f"device {device!r} was asked for but {kind.upper()} is not available{built}"
+    if index and int(index) >= count:
+        return f"device {device!r} was asked for but only {count} {kind} device(s) exist"
+    return None
+
+
+def item_seed(base_seed, nodeid):
+    return zlib.crc32(f"{base_seed}:{nodeid}".encode()) & 0x7FFFFFFF
+
+
+def rerun_command(item, base_seed):
+    return f"pytest {item.nodeid!r} --autograd-seed={base_seed}".replace("'", '"')
+
+
+def seed_everything(seed):
+    torch.manual_seed(seed)
+
+
+def call_body(item, **overrides):
+    names = item._fixtureinfo.argnames
+    return item.obj(**{**{name: item.funcargs[name] for name in names}, **overrides})
+
+
+def run_item(item, spec, settings, registry):
+    problem = device_problem(spec.device)
+    if problem:
+        pytest.skip(problem)
+    check = registry.get(spec.check)
+    if not getattr(check, "default", True) and not spec.selected:
+        pytest.skip(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
+    seed = item_seed(settings.seed, item.nodeid)
+    seed_everything(seed)
+    mark = item.get_closest_marker(MARKER)
+    where = item.nodeid
+    try:
+        samples = normalise_samples(call_body(item), where)
+        case = build_case(mark.kwargs, samples)
+        case.config = item.config
+        case.factory = lambda **overrides: normalise_samples(call_body(item, **overrides), where)
+        for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
+            if adjusted is not None:
+                case.samples = normalise_samples(adjusted, where)
+                break
+        reason = check.applies(case, spec.device)
+        if reason:
+            pytest.skip(reason)
+        execute(check, case, spec.device, seed, rerun_command(item, settings.seed), where)
+        problem = None
+    except UsageProblem as raised:
+        problem = str(raised)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+
+
+def execute(check, case, device, seed, rerun=None, nodeid=None):
+    """Run ``check``; turn failures into a rendered pytest failure."""
+    context = CheckContext(check.name, case, device, seed)
+    failure = None
+    try:
+        with torch.random.fork_rng(devices=_cuda_devices(device)):
+            check.run(context)
+    except CheckFailure as raised:
+        failure = raised
+    except OpRaised as raised:
+        failure = op_failure(check.name, raised, context, sample=context.sample_index)
+    if failure is not None:
+        _fail(failure, rerun, nodeid, seed)
+
+
+def _cuda_devices(device):
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return [torch.device(device).index or 0]
+    return []
+
+
+def _fail(failure, rerun, nodeid, seed=None):
+    report = failure.report
+    if report.seed is None:
+        report.seed = seed
+    report.rerun = report.rerun or rerun
+    report.nodeid = nodeid
+    pytest.fail(report.render(), pytrace=False)
+
+
+__all__ = ["run_item", "execute", "device_problem", "inspect"]

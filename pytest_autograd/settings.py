@@ -1,0 +1,84 @@
+"""Command-line options and their ini twins, validated without importing torch."""
+
+import re
+from dataclasses import dataclass
+
+import pytest
+
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")
+_DEVICE = re.compile(r"^(?P<kind>[a-z]+)(:(?P<index>\d+))?$")
+
+OPTIONS = {
+    # name: (help, ini default)
+    "devices": ("comma-separated devices to check on, e.g. cpu,cuda (CPU is the ground truth for parity)", "cpu"),
+    "checks": ("comma-separated checks to run (default: every check that applies)", ""),
+    "seed": ("base seed; each item derives its own from it (default 0, or 'random')", "0"),
+}
+
+
+def add_options(parser):
+    group = parser.getgroup("autograd", "autograd op checks (pytest-autograd)")
+    for name, (help_text, default) in OPTIONS.items():
+        group.addoption(f"--autograd-{name}", dest=f"autograd_{name}", default=None,
+                        help=f"{help_text}. ini: autograd_{name}")
+        parser.addini(f"autograd_{name}", help_text, default=default)
+
+
+def _value(config, name):
+    value = config.getoption(f"autograd_{name}")
+    if value is None:
+        value = config.getini(f"autograd_{name}")
+    return str(value).strip()
+
+
+def split_names(text):
+    return [part.strip() for part in str(text).split(",") if part.strip()]
+
+
+def parse_devices(text, source):
+    devices = split_names(text)
+    if not devices:
+        raise pytest.UsageError(f"{source}: no device given; use e.g. --autograd-devices=cpu,cuda")
+    for device in devices:
+        match = _DEVICE.match(device)
+        if match is None or match.group("kind") not in DEVICE_TYPES:
+            raise pytest.UsageError(
+                f"{source}: unknown device {device!r}; use one of {', '.join(DEVICE_TYPES)}, "
+                "optionally with an index such as cuda:1"
+            )
+    return list(dict.fromkeys(devices))
+
+
+@dataclass
+class Settings:
+    devices: list
+    checks: list  # None: every registered check
+    seed: int
+
+    @classmethod
+    def from_config(cls, config):
+        devices = parse_devices(_value(config, "devices"), "--autograd-devices")
+        checks = split_names(_value(config, "checks")) or None
+        seed_text = _value(config, "seed")
+        if seed_text == "random":
+            import random
+
+            seed = random.randrange(2**31)
+        else:
+            try:
+                seed = int(seed_text)
+            except ValueError:
+                raise pytest.UsageError(
+                    f"--autograd-seed: {seed_text!r} is not an integer; pass e.g. --autograd-seed=1234 or 'random'"
+                ) from None
+        return cls(devices=devices, checks=checks, seed=seed)
+
+    def validate_checks(self, known):
+        if self.checks is None:
+            return
+        unknown = [name for name in self.checks if name not in known]
+        if unknown:
+            raise pytest.UsageError(
+                f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}; "
+                f"known checks are: {', '.join(known)}"
+            )

@@ -1,0 +1,45 @@
+"""Reference custom autograd Functions for pytest-autograd's tests and tutorial.
+
+* :mod:`reference_ops.functions` -- correct classic examples (exported here).
+* :mod:`reference_ops.buggy` -- planted-bug twins, one classic mistake each.
+* :mod:`reference_ops.extension` -- a C++ extension op.  Its names
+  (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
+  ``extension_available``, ``cuda_extension_available``) are available here
+  too, but are resolved lazily: importing :mod:`reference_ops` never imports
+  or builds the extension.  They are left out of ``__all__`` so that
+  ``from reference_ops import *`` stays cheap as well.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from . import functions
+from .functions import *  # noqa: F401,F403
+from .functions import __all__ as _functions_all
+
+_EXTENSION_EXPORTS = frozenset(
+    {
+        "load_extension",
+        "ExtLinearFunction",
+        "ExtLinear",
+        "extension_available",
+        "cuda_extension_available",
+    }
+)
+_LAZY_SUBMODULES = frozenset({"buggy", "extension"})
+
+__all__ = ["functions", *_functions_all]
+
+
+def __getattr__(name: str):
+    if name in _EXTENSION_EXPORTS:
+        extension = importlib.import_module(f"{__name__}.extension")
+        return getattr(extension, name)
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _EXTENSION_EXPORTS | _LAZY_SUBMODULES)
