@@ -9,7 +9,15 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_autograd import builtin, hookspecs
-from pytest_autograd.case import CORE_OPTIONS, UsageProblem, validate_marker
+from pytest_autograd.case import (
+    CORE_OPTIONS,
+    UsageProblem,
+    op_display_name,
+    positional_op_message,
+    positional_ops_in_source,
+    swallowed_test,
+    validate_marker,
+)
 from pytest_autograd.registry import CheckRegistry
 from pytest_autograd.settings import Settings, add_options, parse_devices
 from pytest_autograd.summary import Tally
@@ -89,6 +97,25 @@ def pytest_generate_tests(metafunc):
              for device in devices]
     metafunc.fixturenames.append(ITEM_ARG)
     metafunc.parametrize(ITEM_ARG, specs, ids=[str(spec) for spec in specs])
+
+
+def pytest_pycollect_makeitem(collector, name, obj):
+    """Refuse a test that ``@autograd_op(Op)`` (positional) replaced by ``Op(test)``."""
+    if collector.funcnamefilter(name) and swallowed_test(obj):
+        where = f"{collector.nodeid}::{name}"
+        raise collector.CollectError(positional_op_message(where, op_display_name(type(obj)), name))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A module that failed to import because of ``@autograd_op(op_function)`` gets told why."""
+    report = yield
+    if report.failed and isinstance(collector, pytest.Module) and "op positionally" not in str(report.longrepr):
+        found = positional_ops_in_source(collector.path)
+        if found:
+            messages = [positional_op_message(f"{collector.nodeid}:{line}", op) for line, op in found]
+            report.longrepr = "\n".join(messages) + f"\n\n{report.longrepr}"
+    return report
 
 
 def _selected_checks(settings, registry, mark):

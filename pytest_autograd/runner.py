@@ -42,8 +42,18 @@ def item_seed(base_seed, nodeid):
     return zlib.crc32(f"{base_seed}:{nodeid}".encode()) & 0x7FFFFFFF
 
 
-def rerun_command(item, base_seed):
-    return f"pytest {item.nodeid!r} --autograd-seed={base_seed}".replace("'", '"')
+def rerun_command(item, base_seed, spec=None, check=None):
+    """A command that regenerates this very item: same node id, same seed.
+
+    A non-CPU item only exists when its device is asked for, and an opt-in
+    check only runs when selected, so those options are part of the command.
+    """
+    command = f"pytest {item.nodeid!r} --autograd-seed={base_seed}".replace("'", '"')
+    if spec is not None and spec.device.split(":")[0] != "cpu":
+        command += f" --autograd-devices={spec.device}"
+    if spec is not None and check is not None and not getattr(check, "default", True):
+        command += f" --autograd-checks={spec.check}"
+    return command
 
 
 def seed_everything(seed):
@@ -78,7 +88,7 @@ def run_item(item, spec, settings, registry):
         reason = check.applies(case, spec.device)
         if reason:
             pytest.skip(reason)
-        execute(check, case, spec.device, seed, rerun_command(item, settings.seed), where)
+        execute(check, case, spec.device, seed, rerun_command(item, settings.seed, spec, check), where)
         problem = None
     except UsageProblem as raised:
         problem = str(raised)

@@ -105,8 +105,16 @@ def _check_toolchain(with_cuda: bool = False) -> None:
 
 
 def _source_paths(with_cuda: bool) -> list[str]:
+    """Absolute source paths; the sources ship with the repository, not with a wheel."""
     names = CPU_SOURCES + (CUDA_SOURCES if with_cuda else ())
-    return [str(CSRC_DIR / name) for name in names]
+    paths = [CSRC_DIR / name for name in names]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise RuntimeError(
+            f"The {NAMESPACE} extension sources were not found: {', '.join(missing)}. "
+            "Use a source checkout (e.g. `pip install -e .`) so that csrc/ sits next to reference_ops/."
+        )
+    return [str(p) for p in paths]
 
 
 def _build(with_cuda: bool, verbose: bool) -> None:
@@ -293,6 +301,8 @@ def _backward_backward(ctx, gg_input: Tensor, gg_weight: Tensor, gg_bias: Tensor
 
 def _register_python_impls() -> None:
     """Attach fake kernels and autograd formulas to the freshly loaded operators."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key(FORWARD_OP, "Autograd"):
+        return  # done by an earlier import of this module (e.g. after importlib.reload)
     torch.library.register_fake(FORWARD_OP)(_linear_forward_fake)
     torch.library.register_fake(BACKWARD_OP)(_linear_backward_fake)
     torch.library.register_autograd(FORWARD_OP, _forward_backward, setup_context=_forward_setup_context)

@@ -1,0 +1,131 @@
+"""Shared pieces of the hygiene checks (mutation, leak, grad_metadata, ...).
+
+These checks must see the exact tensors the op was given and the exact
+outputs it returned, so they call the op here instead of through
+``CheckContext.run_op``, which hides the clones it makes.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from pytest_autograd.execution import OpRaised, flatten_outputs, grads_of
+
+
+class HygieneWarning(UserWarning):
+    """Something legal but worth knowing (e.g. a gradient the engine has to sum)."""
+
+
+@dataclass
+class Call:
+    """One call of the op: the exact arguments passed and what came back."""
+
+    args: list
+    kwargs: dict
+    result: object
+    outputs: list
+
+
+def call_exact(case, prepared, leaves=None, fn=None):
+    """Call the op on fresh clones of the leaves, keeping the tensors it was given."""
+    args, kwargs = prepared.call_args(leaves)
+    return call_with(case, args, kwargs, fn)
+
+
+def call_with(case, args, kwargs, fn=None):
+    """Call the op (or ``fn``) on exactly these arguments."""
+    try:
+        result = (fn or case.call)(*args, **kwargs)
+    except Exception as error:  # reported as the op's own failure
+        raise OpRaised("forward", error) from error
+    return Call(args, kwargs, result, flatten_outputs(result))
+
+
+def tensor_arguments(case, args, kwargs):
+    """(slot, name, tensor) for every tensor argument of one call."""
+    found = [(position, case.arg_name(position), value) for position, value in enumerate(args)
+             if isinstance(value, torch.Tensor)]
+    found += [(key, key, value) for key, value in kwargs.items() if isinstance(value, torch.Tensor)]
+    return found
+
+
+def floating_tensor_count(sample):
+    return sum(1 for value in list(sample.args) + list(sample.kwargs.values())
+               if isinstance(value, torch.Tensor) and value.is_floating_point())
+
+
+def differentiable_indices(outputs):
+    return [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
+
+
+def backward(outputs, leaves, cotangents, retain_graph=None):
+    """Gradients of the leaves (zeros where unused); OpRaised when backward raises."""
+    return grads_of(outputs, leaves, cotangents, retain_graph=retain_graph)
+
+
+def max_difference(a, b):
+    """Largest |a - b| (NaN matching NaN, equal infinities matching), its index and the count differing."""
+    a = a.detach().to("cpu", torch.float64)
+    b = b.detach().to("cpu", torch.float64)
+    if a.numel() == 0:
+        return 0.0, None, 0
+    same = (a == b) | (a.isnan() & b.isnan())
+    diff = (a - b).abs()
+    diff = torch.where(same, torch.zeros_like(diff), diff)
+    diff = torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
+    count = int((~same).sum())
+    if count == 0:
+        return 0.0, None, 0
+    flat = int(torch.argmax(diff))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
+    return float(diff.reshape(-1)[flat]), index, count
+
+
+def changed_elements(before, after):
+    """How many elements differ between two snapshots of one tensor (NaN == NaN)."""
+    if before.shape != after.shape:
+        return before.numel()
+    if before.is_floating_point() or before.is_complex():
+        same = (before == after) | (before.isnan() & after.isnan())
+    else:
+        same = before == after
+    return int((~same).sum())
+
+
+def shares_storage(a, b):
+    """True when ``a`` and ``b`` are views of the same memory."""
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.device == b.device
+    except (RuntimeError, NotImplementedError):  # e.g. sparse or functional tensors
+        return a is b
+
+
+def nbytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
+def fmt_bytes(count):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count} bytes"
+
+
+def describe(tensor):
+    return f"tensor{list(tensor.shape)}:{str(tensor.dtype).replace('torch.', '')}"
+
+
+def quoted(names):
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def function_node(case, outputs):
+    """The autograd node (the ``ctx``) of the op's own Function call, or None."""
+    if not case.is_function:
+        return None
+    for output in outputs:
+        node = output.grad_fn
+        if node is not None and getattr(type(node), "_forward_cls", None) is case.op:
+            return node
+    return None

@@ -1,0 +1,124 @@
+"""mutation: forward leaves its inputs alone unless it declares the change; backward never writes grad_output.
+
+An undeclared in-place write corrupts the caller's tensor while autograd
+keeps its old history, so gradients through it are silently wrong or fail
+much later in a version check. ``grad_output`` belongs to the caller (it may
+be the ``grad_outputs`` of ``torch.autograd.grad`` or shared with a sibling
+branch), so writing into it corrupts someone else's data.
+"""
+
+import inspect
+
+from pytest_autograd.checks._hygiene import backward, call_with, changed_elements, tensor_arguments
+from pytest_autograd.checks.base import Check
+from pytest_autograd.compare import fmt, fmt_index
+from pytest_autograd.execution import output_label, random_cotangents
+
+
+class Mutation(Check):
+    name = "mutation"
+    description = "forward modifies no input unless declared (ctx.mark_dirty); backward never modifies grad_output"
+
+    def run(self, context):
+        case = context.case
+        declared = declared_mutations(case)
+        for index, sample in context.samples():
+            prepared = context.prepare(sample)
+            args, kwargs = prepared.call_args()
+            arguments = tensor_arguments(case, args, kwargs)
+            before = [_snapshot(tensor) for _, _, tensor in arguments]
+            call = call_with(case, args, kwargs)
+            for (slot, name, tensor), snapshot in zip(arguments, before):
+                returned_itself = any(out is tensor for out in call.outputs)
+                if returned_itself or slot in declared or name in declared:
+                    continue
+                _fail_if_changed(context, snapshot, tensor, name, "forward", "its argument", _forward_hint(case, name))
+            after_forward = [_snapshot(tensor) for _, _, tensor in arguments]
+            cotangents = random_cotangents(call.outputs, context.generator)
+            cotangent_snapshots = [None if c is None else _snapshot(c) for c in cotangents]
+            if prepared.leaves and any(out.requires_grad for out in call.outputs):
+                backward(call.outputs, prepared.leaves, cotangents)
+            grad_names = backward_argument_names(case, len(call.outputs))
+            for k, (cotangent, snapshot) in enumerate(zip(cotangents, cotangent_snapshots)):
+                if cotangent is None:
+                    continue
+                _fail_if_changed(context, snapshot, cotangent, grad_names[k], "backward", "its incoming gradient",
+                                 GRAD_OUTPUT_HINT.format(
+                    name=grad_names[k]), output=output_label(k, len(call.outputs)))
+            for (slot, name, tensor), snapshot in zip(arguments, after_forward):
+                _fail_if_changed(context, snapshot, tensor, name, "backward", "the op's input",
+                                 f"backward must not write to the op's inputs: compute a new tensor from `{name}` "
+                                 "instead of updating it in place")
+
+
+GRAD_OUTPUT_HINT = ("compute a new tensor (`{name} * 2`) instead of updating it in place (`{name}.mul_(2)`): "
+                    "the gradient belongs to the caller and may be shared with other branches of the graph")
+
+
+def _snapshot(tensor):
+    return tensor._version, tensor.detach().clone()
+
+
+def _fail_if_changed(context, snapshot, tensor, name, phase, what, hint, **fields):
+    version, values = snapshot
+    now = tensor.detach()
+    changed = changed_elements(values, now)
+    bumped = tensor._version != version
+    if not changed and not bumped:
+        return
+    undeclared = " without declaring it" if phase == "forward" else ""
+    if changed:
+        summary = f"{phase} modified {what} `{name}` in place{undeclared}: {changed} of {values.numel()} elements changed"
+        differ = (values != now) & ~(values.isnan() & now.isnan()) if values.is_floating_point() else values != now
+        position = tuple(int(i) for i in differ.nonzero()[0]) if values.dim() else ()
+        worst = f"{name}{fmt_index(position)}: before {fmt(values[position].item())}, after {fmt(now[position].item())}"
+    else:
+        summary = (f"{phase} wrote to {what} `{name}` in place{undeclared} (its version counter went "
+                   f"{version} -> {tensor._version}, though no value changed)")
+        worst = None
+    fields.setdefault("argument", name)
+    context.fail(summary, worst=worst, hint=hint, **fields)
+
+
+def _forward_hint(case, name):
+    if case.is_function:
+        return (f"work on a copy (`{name} = {name}.clone()`), or declare the in-place update with "
+                f"ctx.mark_dirty({name}) and return `{name}` itself")
+    if _schema(case.op) is not None:
+        return f"work on a copy, or declare the write with mutates_args=[\"{name}\"] on the custom op"
+    return f"work on a copy of `{name}`, or return the modified `{name}` itself so the caller sees the change"
+
+
+def declared_mutations(case):
+    """Argument names a torch.library op declares it writes (``mutates_args`` / ``Tensor(a!)``)."""
+    schema = _schema(case.op)
+    if schema is None:
+        return set()
+    return {argument.name for argument in schema.arguments
+            if argument.alias_info is not None and argument.alias_info.is_write}
+
+
+def _schema(op):
+    for candidate in (op, getattr(op, "_opoverload", None), getattr(op, "default", None)):
+        schema = getattr(candidate, "_schema", None)
+        if schema is not None and hasattr(schema, "arguments"):
+            return schema
+    return None
+
+
+def backward_argument_names(case, count):
+    """The names backward gives its incoming gradients (``grad_output`` when unknown)."""
+    default = ["grad_output"] if count == 1 else [f"grad_output{k}" for k in range(count)]
+    if not case.is_function:
+        return default
+    try:
+        parameters = list(inspect.signature(case.op.backward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return default
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) < count:
+        return default
+    return names[:count]
+
+
+check = Mutation()
