@@ -101,6 +101,9 @@ def call_op(op, args, kwargs):
 
 
 def op_display_name(op):
+    qualname = getattr(op, "__qualname__", None)
+    if isinstance(qualname, str) and qualname.startswith("_VariableFunctionsClass."):
+        return f"torch.{op.__name__}"  # torch.exp & co., not the binding's class
     for attr in ("__qualname__", "__name__", "_name", "name"):
         value = getattr(op, attr, None)
         if isinstance(value, str):

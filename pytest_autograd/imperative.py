@@ -91,7 +91,10 @@ def fixture_runner(request):
             outcomes = run_checks(op, *args, reference=reference, checks=checks, devices=settings.devices,
                                   seed=item_seed(settings.seed, request.node.nodeid), registry=registry, **options)
         except UsageProblem as problem:
-            pytest.fail(f"autograd_check: {problem}", pytrace=False)
+            message = str(problem)
+            if not message.startswith("autograd_check:"):
+                message = f"autograd_check: {message}"
+            pytest.fail(message, pytrace=False)
         failed = [o for o in outcomes if o.status == "failed"]
         if failed:
             body = "\n\n".join(o.detail for o in failed)

@@ -5,38 +5,31 @@ import sys
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
-
-def run(pytester, *args):
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
-
-
-def test_plugin_is_registered_through_its_entry_point(pytester):
+def test_plugin_is_registered_through_its_entry_point(pytester, run_pytest):
     config = pytester.parseconfig()
     assert config.pluginmanager.hasplugin("autograd")
     plugin = config.pluginmanager.get_plugin("autograd")
     assert plugin.__name__ == "pytest_autograd.plugin"
 
 
-def test_trace_config_lists_the_autograd_plugin(pytester):
-    result = run(pytester, "--trace-config", "--collect-only")
+def test_trace_config_lists_the_autograd_plugin(pytester, run_pytest):
+    result = run_pytest("--trace-config", "--collect-only")
     result.stdout.fnmatch_lines(["*autograd*pytest_autograd*plugin*"])
 
 
-def test_header_shows_devices_checks_and_seed(pytester):
+def test_header_shows_devices_checks_and_seed(pytester, run_pytest):
     pytester.makepyfile("def test_nothing(): pass")
-    result = run(pytester, "--autograd-seed=5")
+    result = run_pytest("--autograd-seed=5")
     result.stdout.fnmatch_lines(["autograd: devices=cpu checks=all seed=5"])
 
 
-def test_option_help_is_grouped_under_autograd(pytester):
-    result = run(pytester, "--help")
+def test_option_help_is_grouped_under_autograd(pytester, run_pytest):
+    result = run_pytest("--help")
     result.stdout.fnmatch_lines(["*autograd op checks (pytest-autograd)*", "*--autograd-devices=*",
                                  "*--autograd-checks=*", "*--autograd-seed=*"])
 
 
-def test_disabling_the_plugin_makes_the_marker_unknown(pytester):
+def test_disabling_the_plugin_makes_the_marker_unknown(pytester, run_pytest):
     pytester.makepyfile(
         """
         import pytest
@@ -53,7 +46,7 @@ def test_disabling_the_plugin_makes_the_marker_unknown(pytester):
     assert not pytester.parseconfig("-p", "no:autograd").pluginmanager.hasplugin("autograd")
 
 
-def test_disabled_plugin_leaves_the_marked_test_a_plain_test(pytester):
+def test_disabled_plugin_leaves_the_marked_test_a_plain_test(pytester, run_pytest):
     pytester.makepyfile(
         """
         import pytest
@@ -63,7 +56,7 @@ def test_disabled_plugin_leaves_the_marked_test_a_plain_test(pytester):
             pass
         """
     )
-    result = run(pytester, "-p", "no:autograd", "-v", "-W", "ignore::pytest.PytestUnknownMarkWarning")
+    result = run_pytest("-p", "no:autograd", "-v", "-W", "ignore::pytest.PytestUnknownMarkWarning")
     result.stdout.fnmatch_lines(["*::test_marked PASSED*"])
     result.assert_outcomes(passed=1)
 
@@ -74,7 +67,7 @@ def test_importing_the_plugin_does_not_import_torch():
     assert completed.returncode == 0, completed.stderr
 
 
-def test_a_session_without_marked_tests_never_imports_torch(pytester):
+def test_a_session_without_marked_tests_never_imports_torch(pytester, run_pytest):
     pytester.makeconftest(
         """
         import sys

@@ -30,6 +30,7 @@ class TimerConfig:
     warmup: float = DEFAULT_WARMUP
     min_rounds: int = DEFAULT_MIN_ROUNDS
     cache: str = "cold"  # CUDA only: flush L2 before every call ("cold") or not ("warm")
+    threads: int = None  # CPU only: torch threads while timing (None: leave torch's setting)
 
     def with_options(self, budget=None, noise=None, cache=None, where="marker"):
         """A copy with per-test overrides applied (``bench_budget=`` etc. on the marker)."""
@@ -72,6 +73,16 @@ def parse_seconds(value, source):
     if not seconds > 0:
         raise BadSetting(f"{source}: must be a positive number of seconds, got {value!r}")
     return seconds
+
+
+def parse_threads(value, source):
+    try:
+        threads = int(str(value).strip())
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise BadSetting(f"{source}: {value!r} is not a thread count; use e.g. 1 (steadiest) or 4")
+    return threads
 
 
 def parse_fraction(value, source):

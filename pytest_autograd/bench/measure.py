@@ -213,7 +213,20 @@ def _dtype_label(sample, dtype):
 
 
 def _name(fn):
-    for attr in ("__qualname__", "__name__"):
+    return display_name(fn)
+
+
+def display_name(fn):
+    """A short readable name: ``MyReLU.apply``, ``relu``, ``linear``, ``LinearFunction``."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type) and isinstance(getattr(fn, "__name__", None), str):
+        return f"{owner.__name__}.{fn.__name__}"
+    qualname, name = getattr(fn, "__qualname__", None), getattr(fn, "__name__", None)
+    if isinstance(qualname, str) and not qualname.startswith("_") and "<" not in qualname:
+        return qualname
+    if isinstance(name, str):
+        return name
+    for attr in ("_name", "name"):
         value = getattr(fn, attr, None)
         if isinstance(value, str):
             return value

@@ -10,6 +10,7 @@ Both stop once the rounds agree (IQR / median below the noise target) or
 the time budget is spent, and say which.
 """
 
+import contextlib
 import gc
 import statistics
 import time
@@ -76,8 +77,25 @@ def measure(fn, device="cpu", config=None, setup=None):
     if kind == "cuda":
         return _measure_cuda(fn, setup, config, str(device))
     if kind == "cpu":
-        return _measure_wall(fn, setup, config, str(device), sync=None)
+        with _torch_threads(config.threads):
+            return _measure_wall(fn, setup, config, str(device), sync=None)
     return _measure_wall(fn, setup, config, str(device), sync=_device_sync(kind))
+
+
+@contextlib.contextmanager
+def _torch_threads(threads):
+    """Run with ``threads`` intra-op threads (None: as configured), restoring the setting after."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _device_sync(kind):

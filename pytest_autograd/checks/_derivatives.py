@@ -162,7 +162,8 @@ def _exhaustive(outputs, leaves, names, output_names, numerical, cotangents, ana
 
 
 def _probing(leaves, names, numerical, cotangents, analytical, generator, atol, rtol):
-    worst = None
+    # A failed element probe names an exact coordinate: report it before any slice.
+    worst = worst_slice = None
     for j, leaf in enumerate(leaves):
         grad = analytical[j].detach()
         all_zero = bool((grad == 0).all())
@@ -181,8 +182,8 @@ def _probing(leaves, names, numerical, cotangents, analytical, generator, atol, 
             scale = max(abs(expected), float((grad * direction).abs().sum()) * 1e-3)
             found = _judge(expected, got, scale, atol, rtol, names[j], f"grad {names[j]}{label} . random direction",
                            "random direction within a slice, along a random cotangent", all_zero)
-            worst = _pick(worst, found)
-    return worst
+            worst_slice = _pick(worst_slice, found)
+    return worst if worst is not None else worst_slice
 
 
 def _judge(expected, got, scale, atol, rtol, name, element, strategy, all_zero):

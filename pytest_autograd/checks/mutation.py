@@ -67,7 +67,11 @@ def _fail_if_changed(context, snapshot, tensor, name, phase, what, hint, **field
     if not changed and not bumped:
         return
     undeclared = " without declaring it" if phase == "forward" else ""
-    if changed:
+    if values.shape != now.shape:
+        summary = (f"{phase} resized {what} `{name}` in place{undeclared}: shape {list(values.shape)} -> "
+                   f"{list(now.shape)}")
+        worst = None
+    elif changed:
         summary = f"{phase} modified {what} `{name}` in place{undeclared}: {changed} of {values.numel()} elements changed"
         differ = (values != now) & ~(values.isnan() & now.isnan()) if values.is_floating_point() else values != now
         position = tuple(int(i) for i in differ.nonzero()[0]) if values.dim() else ()

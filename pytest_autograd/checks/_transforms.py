@@ -1,0 +1,184 @@
+"""Shared pieces of the transform and precision checks.
+
+What a Function overrides (a ``jvp``, a ``vmap`` rule, ``setup_context``),
+which low-precision dtypes to check on a device, casting a sample to a dtype
+(so a float64 ground truth sees exactly the rounded inputs) and the
+normwise error that the precision checks compare.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from pytest_autograd.case import UsageProblem, is_autograd_function
+from pytest_autograd.compare import fmt, fmt_index
+from pytest_autograd.execution import grads_of, output_label
+
+DTYPE_NAMES = {
+    "float64": torch.float64, "double": torch.float64,
+    "float32": torch.float32, "float": torch.float32,
+    "float16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def overrides(op, name):
+    """True when the Function ``op`` defines its own ``name`` staticmethod."""
+    if not is_autograd_function(op):
+        return False
+    from torch.autograd import Function
+
+    return getattr(op, name, None) is not getattr(Function, name, None)
+
+
+def dtype_label(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def check_dtypes(case, device):
+    """(dtypes to check, explicit?) from ``dtypes=`` or the device's default.
+
+    CPU: float32. Other devices: float32, float16, and bfloat16 where supported.
+    """
+    wanted = case.option("dtypes")
+    if wanted is None:
+        if device.split(":")[0] == "cpu":
+            return [torch.float32], False
+        dtypes = [torch.float32, torch.float16]
+        if device.split(":")[0] != "cuda" or _cuda_has_bf16():
+            dtypes.append(torch.bfloat16)
+        return dtypes, False
+    wanted = [wanted] if isinstance(wanted, (str, torch.dtype)) else list(wanted)
+    dtypes = []
+    for entry in wanted:
+        dtype = DTYPE_NAMES.get(entry) if isinstance(entry, str) else entry
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise UsageProblem(f"dtypes= names {entry!r}, not a floating dtype; use e.g. "
+                               "dtypes=['float32', 'bfloat16'] or dtypes=[torch.float16].")
+        dtypes.append(dtype)
+    return list(dict.fromkeys(dtypes)), True
+
+
+def _cuda_has_bf16():
+    try:
+        return bool(torch.cuda.is_bf16_supported())
+    except Exception:  # no CUDA in this build: the item is skipped before running anyway
+        return False
+
+
+def cast_sample(sample, dtype, magnitude=None):
+    """``sample`` with floating tensors cast to ``dtype``, optionally rescaled.
+
+    ``magnitude``: each floating tensor is scaled so its largest |element| is
+    that value (computed in float64, then rounded once to ``dtype``).
+    """
+
+    def cast(value):
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+            return value
+        value = value.detach()
+        if magnitude is not None:
+            value = value.to(torch.float64)
+            peak = float(value.abs().max()) if value.numel() else 0.0
+            if peak > 0:
+                value = value * (magnitude / peak)
+        return value.to(dtype)
+
+    return sample.replace(args=[cast(a) for a in sample.args], kwargs={k: cast(v) for k, v in sample.kwargs.items()})
+
+
+def has_floating_input(case):
+    return any(isinstance(v, torch.Tensor) and v.is_floating_point()
+               for sample in case.samples for v in list(sample.args) + list(sample.kwargs.values()))
+
+
+@dataclass
+class Run:
+    """Outputs and input gradients of one function on one prepared sample."""
+
+    outputs: list
+    grads: list
+    names: list  # argument name per gradient
+
+
+def forward_and_backward(context, sample, dtype, cotangents64=None, fn=None, need_grads=True):
+    """Run ``fn`` (default: the op) on ``sample`` cast to ``dtype``; vjp along ``cotangents64``.
+
+    ``cotangents64`` (float64, one per output, None for non-floating ones) are
+    cast to the run's output dtypes; when None, fresh random ones are drawn
+    and returned rounded through the output dtype, so a float64 run can reuse
+    exactly the same values.
+    """
+    prepared = context.prepare(sample, dtype=dtype)
+    outputs = context.run_op(prepared, fn=fn)
+    if cotangents64 is None:
+        cotangents64 = []
+        for output in outputs:
+            if output.is_floating_point():
+                values = torch.randn(output.shape, generator=context.generator, dtype=torch.float64)
+                cotangents64.append(values.to(output.dtype).to(torch.float64))
+            else:
+                cotangents64.append(None)
+    grads = []
+    if need_grads and prepared.leaves and any(o.requires_grad for o in outputs):
+        cotangents = [None if c is None or not o.is_floating_point() else c.to(device=o.device, dtype=o.dtype)
+                      for o, c in zip(outputs, cotangents64)]
+        grads = [g.detach() for g in grads_of(outputs, prepared.leaves, cotangents)]
+    return Run([o.detach() for o in outputs], grads, list(prepared.names)), cotangents64
+
+
+def paired_tensors(truth, got):
+    """(label, kind, expected, got) for each floating output and each gradient."""
+    pairs = []
+    count = len(truth.outputs)
+    for k, (e, g) in enumerate(zip(truth.outputs, got.outputs)):
+        if e.is_floating_point() and g.is_floating_point() and e.shape == g.shape:
+            label = output_label(k, count)
+            pairs.append((label, "output", e, g))
+    for name, e, g in zip(truth.names, truth.grads, got.grads):
+        pairs.append((f"grad {name}", "argument", e, g))
+    return pairs
+
+
+@dataclass
+class Error:
+    """Normwise error: max |got - expected| / max |expected|, and where it peaks."""
+
+    value: float
+    index: tuple
+    expected: float
+    got: float
+
+    def worst(self, label):
+        return f"{label}{fmt_index(self.index)}: float64 {fmt(self.expected)}, got {fmt(self.got)}"
+
+
+def normwise_error(expected, got):
+    expected = expected.detach().to("cpu", torch.float64)
+    got = got.detach().to("cpu", torch.float64)
+    if expected.numel() == 0:
+        return Error(0.0, (), 0.0, 0.0)
+    finite = expected.isfinite()
+    scale = float(expected.abs()[finite].max()) if bool(finite.any()) else 0.0
+    diff = (got - expected).abs()
+    same_special = (expected.isnan() & got.isnan()) | (expected.isinf() & (expected == got))
+    diff = torch.where(same_special, torch.zeros_like(diff), diff)
+    diff = torch.where(diff.isnan(), torch.full_like(diff, math.inf), diff)
+    flat = int(torch.argmax(diff))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape))
+    worst = float(diff.reshape(-1)[flat])
+    value = worst / scale if scale > 0 else worst
+    return Error(value, index, float(expected.reshape(-1)[flat]), float(got.reshape(-1)[flat]))
+
+
+def unsupported_dtype(raised):
+    """True when an op's exception says the dtype has no kernel on this device."""
+    text = str(raised.error)
+    return "not implemented for" in text and ("'Half'" in text or "'BFloat16'" in text)
+
+
+def floating_dtype_of(sample):
+    return next((v.dtype for v in list(sample.args) + list(sample.kwargs.values())
+                 if isinstance(v, torch.Tensor) and v.is_floating_point()), None)

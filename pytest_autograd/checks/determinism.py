@@ -1,0 +1,113 @@
+"""determinism: two runs on the same inputs give bitwise-equal outputs and gradients.
+
+Races and unordered atomic accumulation make a kernel's results change from
+run to run by a few ulps; gradcheck's tolerance hides that, and training
+runs then cannot be reproduced. Ops that accept this (atomics on purpose)
+declare the bound with ``nondet_tol=`` on the marker.
+"""
+
+import pytest
+import torch
+
+from pytest_autograd.case import UsageProblem
+from pytest_autograd.checks._hygiene import backward, max_difference
+from pytest_autograd.checks.base import Check
+from pytest_autograd.compare import fmt, fmt_index
+from pytest_autograd.execution import output_label, random_cotangents
+
+
+class Determinism(Check):
+    name = "determinism"
+    description = "forward and backward run twice on the same inputs give bitwise-equal results (nondet_tol=)"
+    options = {"nondet_tol": 0.0}
+
+    def run(self, context):
+        tolerance = _tolerance(context.case)
+        for index, sample in context.samples():
+            prepared = context.prepare(sample)
+            first, cotangents = _run(context, prepared, None)
+            second, _ = _run(context, prepared, cotangents)
+            differences = _differences(first, second)
+            worst = max(differences, key=lambda d: d[1], default=None)
+            if worst is None or worst[1] <= tolerance:
+                continue
+            label, largest, position, count, numel, values = worst
+            details = [f"{name}: largest difference {fmt(diff)} ({n} of {total} elements differ)"
+                       for name, diff, _, n, total, _ in differences if diff > 0]
+            if _same_when_reseeded(context, prepared, cotangents):
+                details.append("the difference vanishes when torch's global random generator is reseeded before "
+                               "each run: the op draws random numbers (torch.rand*, dropout) on every call")
+            context.fail(
+                f"two runs on the same inputs differ: {label} changes by up to {fmt(largest)} "
+                f"(nondet_tol {fmt(tolerance)})",
+                output=label if not label.startswith("gradient") else None,
+                argument=label.split("`")[1] if label.startswith("gradient") else None,
+                worst=f"{label.replace('gradient w.r.t. ', 'grad ').replace('`', '')}{fmt_index(position)}: "
+                      f"first run {_exact(values[0])}, second run {_exact(values[1])}",
+                error=f"largest difference {fmt(largest)} > nondet_tol {fmt(tolerance)}; "
+                      f"{count} of {numel} elements differ",
+                details=details,
+                hint="results depend on scheduling (atomics, races, unordered reductions) or on random numbers: "
+                     "make the kernel deterministic, or declare the accepted bound with nondet_tol=<max abs "
+                     "difference> on the marker",
+            )
+
+
+def _tolerance(case):
+    value = case.option("nondet_tol", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise UsageProblem(f"nondet_tol= must be a non-negative number (the largest accepted difference between "
+                           f"two runs), got {value!r}.")
+    return float(value)
+
+
+def _run(context, prepared, cotangents):
+    """Outputs and gradients of one forward + backward; draws the cotangents when not given."""
+    outputs = context.run_op(prepared)
+    if cotangents is None:
+        cotangents = random_cotangents(outputs, context.generator)
+    grads = []
+    if prepared.leaves and any(out.requires_grad for out in outputs):
+        grads = backward(outputs, prepared.leaves, cotangents)
+    named = [(output_label(k, len(outputs)), out.detach()) for k, out in enumerate(outputs)]
+    named += [(f"gradient w.r.t. `{name}`", grad.detach()) for name, grad in zip(prepared.names, grads)]
+    return named, cotangents
+
+
+def _differences(first, second):
+    """(label, largest difference, index, count, numel, (first, second)) for each result."""
+    found = []
+    if len(first) != len(second):
+        pytest.fail("the op returned a different number of outputs on the second run", pytrace=False)
+    for (label, a), (_, b) in zip(first, second):
+        if a.shape != b.shape:
+            found.append((label, float("inf"), (), a.numel(), a.numel(), (list(a.shape), list(b.shape))))
+            continue
+        largest, position, count = max_difference(a, b)
+        values = (None, None) if position is None else (_item(a[position]), _item(b[position]))
+        found.append((label, largest, position or (), count, a.numel(), values))
+    return found
+
+
+def _exact(value):
+    """Every digit: the two runs may differ in the last bit only."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _item(value):
+    value = value.item()
+    return float(value) if isinstance(value, float) else value
+
+
+def _same_when_reseeded(context, prepared, cotangents):
+    """True when reseeding torch's RNG before each run makes the two runs agree."""
+    devices = [torch.device(context.device).index or 0] if context.device.startswith("cuda") else []
+    runs = []
+    for _ in range(2):
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(context.seed)
+            runs.append(_run(context, prepared, cotangents)[0])
+    return all(largest == 0 for _, largest, *_ in _differences(*runs))
+
+
+check = Determinism()

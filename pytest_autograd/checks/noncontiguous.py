@@ -1,0 +1,279 @@
+"""noncontiguous: the same values in another memory layout give the same outputs and gradients.
+
+The classic kernel bug indexes ``data_ptr()`` as if the tensor were
+contiguous: right for every freshly made test tensor, wrong (or out of
+bounds) for a transposed weight, a sliced batch, an expanded bias or a
+channels-last image. Each layout is applied to the arguments and to the
+incoming gradient, and compared with the contiguous run of the same values;
+on a mismatch the culprit argument is found by laying out one at a time.
+
+Layouts: ``transposed`` (dims reversed), ``sliced`` (every other element of
+a wider buffer), ``expanded`` (stride 0 along the leading dim: the values
+become equal along it, so the contiguous run uses those values too; only for
+floating arguments of 2+ dims the op does not modify in place), and
+``channels_last`` (4-D and 5-D).
+"""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from pytest_autograd.checks._hygiene import backward, call_with, tensor_arguments
+from pytest_autograd.checks.base import Check
+from pytest_autograd.compare import compare_tensors
+from pytest_autograd.execution import OpRaised, output_label, random_cotangents
+
+HINT = ("the kernel reads memory as if the tensor were contiguous: call .contiguous() on inputs (and on "
+        "grad_output in backward) before handing them to a kernel, or index with the tensor's strides")
+
+
+def _split_dim(tensor):
+    """The last dim of size > 1, or None."""
+    for dim in reversed(range(tensor.dim())):
+        if tensor.shape[dim] > 1:
+            return dim
+    return None
+
+
+def _big_dims(tensor):
+    return sum(1 for size in tensor.shape if size > 1)
+
+
+def transposed(tensor):
+    if _big_dims(tensor) < 2:
+        return None
+    order = list(reversed(range(tensor.dim())))
+    return tensor.permute(order).contiguous().permute(order)
+
+
+def sliced(tensor):
+    dim = _split_dim(tensor)
+    if dim is None:
+        return None
+    wide = torch.stack([tensor, torch.zeros_like(tensor)], dim=dim + 1).flatten(dim, dim + 1)
+    index = [slice(None)] * dim + [slice(None, None, 2)]
+    return wide[tuple(index)]
+
+
+def channels_last(tensor):
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    if tensor.dim() not in formats or _big_dims(tensor) < 2:
+        return None
+    laid = tensor.contiguous(memory_format=formats[tensor.dim()])
+    return None if laid.is_contiguous() else laid
+
+
+def expanded_source(tensor):
+    """(small leading-dim-1 copy, expand function), or None when stride 0 is not possible."""
+    if tensor.dim() < 2 or tensor.shape[0] < 2 or tensor.numel() < 2:
+        return None
+    return tensor.detach()[:1].clone(), tensor.shape
+
+
+@dataclass
+class Layout:
+    name: str
+    make: object  # tensor -> same-valued tensor in this layout, or None when impossible
+    description: str
+
+
+LAYOUTS = [
+    Layout("transposed", transposed, "transposed (dims reversed, not contiguous)"),
+    Layout("sliced", sliced, "sliced (every other element of a wider buffer)"),
+    Layout("expanded", None, "expanded (stride 0 along the leading dim)"),
+    Layout("channels_last", channels_last, "channels-last"),
+]
+
+
+class NonContiguous(Check):
+    name = "noncontiguous"
+    description = "transposed, sliced, expanded and channels-last inputs and grad_outputs give the same results"
+
+    def applies(self, case, device):
+        for sample in case.samples:
+            for value in list(sample.args) + list(sample.kwargs.values()):
+                if isinstance(value, torch.Tensor) and value.numel() > 1:
+                    return None
+        return "every tensor argument has at most one element: no layout can make it non-contiguous"
+
+    def run(self, context):
+        ran = False
+        for index, sample in context.samples():
+            prepared = context.prepare(sample)
+            written = _written_slots(context, prepared)
+            for layout in LAYOUTS:
+                plan = _plan(context, prepared, layout, written)
+                if plan is None:
+                    continue
+                if _check_plan(context, plan, layout):
+                    ran = True
+        if not ran:
+            pytest.skip("no argument or output of any sample can be laid out non-contiguously")
+
+
+def _written_slots(context, prepared):
+    """Slots of arguments the op modifies in place (they cannot be expanded)."""
+    args, kwargs = prepared.call_args()
+    arguments = tensor_arguments(context.case, args, kwargs)
+    versions = [tensor._version for _, _, tensor in arguments]
+    call_with(context.case, args, kwargs)
+    return {slot for (slot, _, tensor), version in zip(arguments, versions) if tensor._version != version}
+
+
+@dataclass
+class Plan:
+    """One layout applied to one sample: the tensors gradients are taken w.r.t., and both sides' arguments."""
+
+    prepared: object
+    sources: list  # leaves; gradients are compared w.r.t. them
+    source_names: list
+    laid: dict  # slot -> (name, build contiguous copy, build laid-out tensor), same values
+    cotangent: object  # cotangent -> laid-out cotangent, or None
+
+
+def _plan(context, prepared, layout, written):
+    args, kwargs = prepared.args, prepared.kwargs
+    sources, source_names, laid = [], [], {}
+    for slot in list(range(len(args))) + list(kwargs):
+        value = args[slot] if isinstance(slot, int) else kwargs[slot]
+        if not isinstance(value, torch.Tensor):
+            continue
+        name = context.case.arg_name(slot)
+        differentiable = slot in prepared.slots
+        found = None
+        if layout.name == "expanded" and differentiable and slot not in written:
+            found = expanded_source(value)
+        if found is not None:
+            small, shape = found
+            value = small.requires_grad_(True)
+            laid[slot] = (name, lambda s=small, shape=shape: s.expand(shape).contiguous(),
+                          lambda s=small, shape=shape: s.clone().expand(shape))
+        elif layout.make is not None and layout.make(value.detach()) is not None:
+            laid[slot] = (name, lambda v=value: v.clone(), lambda v=value, make=layout.make: make(v))
+        if differentiable:
+            sources.append(value)
+            source_names.append(name)
+    cotangent = _expanded_cotangent if layout.name == "expanded" else layout.make
+    return Plan(prepared, sources, source_names, laid, cotangent)
+
+
+def _expanded_cotangent(tensor):
+    dim = next((d for d in range(tensor.dim()) if tensor.shape[d] > 1), None)
+    if dim is None:
+        return None
+    index = [slice(None)] * dim + [slice(0, 1)]
+    return tensor[tuple(index)].expand(tensor.shape)
+
+
+def _arguments(plan, laid_slots):
+    """Arguments for one call: laid-out tensors in ``laid_slots``, contiguous copies elsewhere."""
+    prepared = plan.prepared
+    args, kwargs = list(prepared.args), dict(prepared.kwargs)
+    for slot in list(range(len(args))) + list(kwargs):
+        value = args[slot] if isinstance(slot, int) else kwargs[slot]
+        if not isinstance(value, torch.Tensor):
+            continue
+        if slot in plan.laid:
+            _, plain, laid = plan.laid[slot]
+            value = laid() if slot in laid_slots else plain()
+        else:
+            value = value.clone()
+        if isinstance(slot, int):
+            args[slot] = value
+        else:
+            kwargs[slot] = value
+    return args, kwargs
+
+
+def _forward(context, plan, laid_slots):
+    args, kwargs = _arguments(plan, laid_slots)
+    return call_with(context.case, args, kwargs).outputs
+
+
+def _run(context, plan, laid_slots, cotangents, laid_cotangent=False):
+    """Outputs and source gradients of one call; each call gets fresh copies of the cotangents."""
+    outputs = _forward(context, plan, laid_slots)
+    fresh = []
+    for cotangent in cotangents:
+        if cotangent is not None:
+            cotangent = cotangent.clone()
+            if laid_cotangent and plan.cotangent(cotangent) is not None:
+                cotangent = plan.cotangent(cotangent)
+        fresh.append(cotangent)
+    grads = backward(outputs, plan.sources, fresh) if plan.sources else []
+    return outputs, grads
+
+
+def _plain_cotangents(plan, outputs, generator):
+    """Contiguous cotangents holding the values their laid-out versions will have; and whether any can be laid out."""
+    plain, any_laid = [], False
+    for cotangent in random_cotangents(outputs, generator):
+        laid_out = None if cotangent is None else plan.cotangent(cotangent)
+        any_laid = any_laid or laid_out is not None
+        plain.append(cotangent if laid_out is None else laid_out.contiguous())
+    return plain, any_laid
+
+
+def _check_plan(context, plan, layout):
+    """Compare the contiguous run with the laid-out one; blame one argument on a mismatch."""
+    try:
+        outputs = _forward(context, plan, set())
+    except OpRaised:
+        return False  # the contiguous run of these (expanded) values is outside the op's domain
+    cotangents, cotangent_laid = _plain_cotangents(plan, outputs, context.generator)
+    if not plan.laid and not cotangent_laid:
+        return False
+    expected = _run(context, plan, set(), cotangents)
+    problem = _difference(context, plan, expected, set(plan.laid), cotangents, True)
+    if problem is None:
+        return True
+    culprits = [f"`{name}`" for slot, (name, _, _) in plan.laid.items()
+                if _difference(context, plan, expected, {slot}, cotangents) is not None]
+    if cotangent_laid and _difference(context, plan, expected, set(), cotangents, True) is not None:
+        culprits.append("grad_output")
+    _report(context, plan, layout, problem, culprits)
+
+
+def _difference(context, plan, expected, laid_slots, cotangents, laid_cotangent=False):
+    """The first difference from ``expected``: OpRaised, or (what, argument, output, Mismatch); None if equal."""
+    try:
+        got = _run(context, plan, laid_slots, cotangents, laid_cotangent)
+    except OpRaised as raised:
+        return raised
+    count = len(expected[0])
+    for k, (want, have) in enumerate(zip(expected[0], got[0])):
+        found = _compare(context, want, have)
+        if found is not None:
+            return output_label(k, count), None, output_label(k, count), found
+    for name, want, have in zip(plan.source_names, expected[1], got[1]):
+        found = _compare(context, want, have)
+        if found is not None:
+            return f"gradient w.r.t. `{name}`", name, None, found
+    return None
+
+
+def _compare(context, want, have):
+    atol, rtol = context.tolerance(want.dtype)
+    return compare_tensors(want.detach(), have.detach(), atol, rtol)
+
+
+def _report(context, plan, layout, problem, culprits):
+    who = culprits or [f"`{name}`" for name, _, _ in plan.laid.values()] + ["grad_output"]
+    situation = f"when {' and '.join(who)} {'is' if len(who) == 1 else 'are'} {layout.name}"
+    details = [f"layout: {layout.description}"]
+    if not culprits:
+        details.append("no single argument reproduces it alone: it needs several laid out together")
+    if isinstance(problem, OpRaised):
+        where = problem.where()
+        if where and "/torch/" not in where and "pytest_autograd" not in where:
+            details.append(f"at {where}")
+        context.fail(f"the op's {problem.phase} raised {type(problem.error).__name__} {situation}: {problem.error}",
+                     details=details, hint=HINT)
+    what, argument, output, mismatch = problem
+    label = what.replace("gradient w.r.t. ", "grad ").replace("`", "")
+    context.fail(f"{what} differs from the contiguous run {situation}", worst=mismatch.worst(label),
+                 error=mismatch.error_line(), argument=argument, output=output, details=details, hint=HINT)
+
+
+check = NonContiguous()

@@ -1,0 +1,124 @@
+"""opcheck: ``torch.library.opcheck`` on every sample of a registered operator.
+
+An operator registered through ``torch.library`` (``custom_op`` or a C++
+``TORCH_LIBRARY`` op) can be right in eager and still break torch.compile,
+export or autograd through a wrong schema, a missing or wrong fake impl, or
+autograd registered at the wrong dispatch key. opcheck finds those; this
+check names which of its tests failed and how to fix each.
+"""
+
+import torch
+
+from pytest_autograd.checks.base import Check
+
+# opcheck's test -> (name in reports, what it verifies)
+TESTS = {
+    "test_schema": ("schema", "the schema's mutation and aliasing annotations match what the kernel does"),
+    "test_autograd_registration": ("autograd registration", "autograd is registered at the Autograd key"),
+    "test_faketensor": ("fake tensor", "the fake impl exists and agrees with the kernel on shape, dtype, strides"),
+    "test_aot_dispatch_dynamic": ("aot dispatch", "forward and backward trace under AOTDispatcher (torch.compile)"),
+}
+
+HINTS = [
+    # (substring of the error, hint), first match wins
+    ("not defined as mutable but was mutated",
+     "declare every argument the kernel writes to: custom_op(..., mutates_args=('x',)) or `Tensor(a!) x` "
+     "in a TORCH_LIBRARY schema"),
+    ("no fake impl", "register a fake impl that returns empty tensors of the output's shape, dtype and device: "
+                     "@op.register_fake, or torch.library.register_fake('ns::op') for a C++ op"),
+    ("mismatched tensor metadata", "the fake impl's output differs from the kernel's: build it from the inputs "
+                                   "(e.g. x.new_empty(shape), which keeps dtype and device) with the kernel's shape"),
+    ("no autograd formula", "register a backward: op.register_autograd(backward, setup_context=...) or "
+                            "torch.library.register_autograd('ns::op', ...)"),
+    ("autograd kernel", "register autograd at the Autograd key (register_autograd, or TORCH_LIBRARY_IMPL(ns, "
+                        "Autograd, m)), not an autograd.Function behind the CPU/CUDA kernel"),
+    ("gradients of the operator are different", "the registered backward differs under torch.compile: it must "
+                                                "be traceable (torch ops only, no .item(), no data-dependent "
+                                                "Python branches)"),
+]
+
+
+def is_library_op(op):
+    from torch._ops import OpOverload, OpOverloadPacket
+
+    kinds = [OpOverload, OpOverloadPacket]
+    try:
+        from torch._library.custom_ops import CustomOpDef
+
+        kinds.append(CustomOpDef)
+    except ImportError:  # older torch: no custom_op
+        pass
+    return isinstance(op, tuple(kinds))
+
+
+def qualified_name(op):
+    for attr in ("_qualname", "_qualified_op_name"):
+        value = getattr(op, attr, None)
+        if isinstance(value, str):
+            return value
+    name = getattr(op, "name", None)
+    return name() if callable(name) else str(op)
+
+
+class OpCheck(Check):
+    name = "opcheck"
+    description = "torch.library.opcheck (schema, fake tensor, autograd registration, aot dispatch) on every sample"
+
+    def applies(self, case, device):
+        if not is_library_op(case.op):
+            return ("op is not a torch.library operator (custom_op or TORCH_LIBRARY op); "
+                    "opcheck needs one, e.g. op=torch.ops.my_ns.my_op")
+        if not hasattr(torch.library, "opcheck"):
+            return f"torch {torch.__version__} has no torch.library.opcheck (added in 2.4)"
+        return None
+
+    def run(self, context):
+        op = context.case.op
+        for index, sample in context.samples():
+            prepared = context.prepare(sample)
+            args, kwargs = prepared.call_args()
+            results = torch.library.opcheck(op, tuple(args), kwargs, raise_exception=False)
+            failed = [(test, error) for test, error in _ordered(results) if not _passed(error)]
+            if failed:
+                _report(context, op, failed)
+
+
+def _ordered(results):
+    known = [(test, results[test]) for test in TESTS if test in results]
+    return known + [(test, error) for test, error in results.items() if test not in TESTS]
+
+
+def _passed(result):
+    return isinstance(result, str) and result == "SUCCESS"
+
+
+def _essence(error):
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _hint(error):
+    text = str(error).lower()
+    for needle, hint in HINTS:
+        if needle in text:
+            return hint
+    return None
+
+
+def _report(context, op, failed):
+    names = [TESTS.get(test, (test, ""))[0] for test, _ in failed]
+    details, seen = [], {}
+    for (test, error), name in zip(failed, names):
+        essence = f"{type(error).__name__}: {_essence(error)}"
+        if essence in seen:
+            details.append(f"{name} ({test}): same error as {seen[essence]}")
+            continue
+        seen[essence] = name
+        checks = TESTS.get(test, (test, ""))[1]
+        details.append(f"{name} ({test}{': checks ' + checks if checks else ''}): {essence}")
+    hint = next((h for h in (_hint(error) for _, error in failed) if h), None)
+    context.fail(f"opcheck failed for {qualified_name(op)}: {', '.join(names)}", details=details, hint=hint)
+
+
+check = OpCheck()

@@ -1,0 +1,144 @@
+"""precision: low-precision runs against a float64 ground truth, outputs and gradients.
+
+A float32 path that quietly rounds through 16 bits (a stray ``.half()``, a
+bfloat16 matmul, TF32) still passes every float64 check. Each sample is
+rounded once to the low dtype; a float64 run on exactly those values is the
+truth: the reference's when there is one, else the op's own. With
+``reference=``, the op may be at most ``precision_k`` times as wrong as the
+reference in the same dtype (plus a few ulps): ops that are imprecise only
+as much as their reference pass. Without one, the normwise error must stay
+within a per-dtype tolerance.
+"""
+
+import pytest
+import torch
+
+from pytest_autograd.checks._transforms import (
+    HALF_DTYPES, check_dtypes, cast_sample, dtype_label, forward_and_backward, has_floating_input,
+    normwise_error, paired_tensors, unsupported_dtype,
+)
+from pytest_autograd.checks.base import Check
+from pytest_autograd.compare import fmt
+from pytest_autograd.execution import OpRaised
+
+FLOOR_ULPS = 8  # the budget's floor, in units of the dtype's eps
+TOLERANCES = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+class Precision(Check):
+    name = "precision"
+    description = ("outputs and gradients in float32 (and float16/bfloat16 on CUDA) against float64; "
+                   "with reference=, within precision_k x the reference's own error")
+    options = {"dtypes": None, "precision_k": 2.0, "precision_tol": None}
+
+    def applies(self, case, device):
+        if not has_floating_input(case):
+            return "no floating-point tensor argument to run in low precision"
+        return None
+
+    def run(self, context):
+        case = context.case
+        dtypes, explicit = check_dtypes(case, context.device)
+        k = float(case.option("precision_k", 2.0))
+        unsupported = []
+        for dtype in dtypes:
+            for index, sample in context.samples():
+                low = cast_sample(sample, dtype)
+                try:
+                    op_low, cotangents = forward_and_backward(context, low, dtype)
+                    ref_low = None
+                    if case.reference is not None:
+                        ref_low, _ = forward_and_backward(context, low, dtype, cotangents, fn=case.reference)
+                except OpRaised as raised:
+                    if not explicit and unsupported_dtype(raised):
+                        unsupported.append(dtype_label(dtype))
+                        break
+                    raise
+                op_truth, _ = forward_and_backward(context, low, torch.float64, cotangents)
+                ref_truth = None
+                if ref_low is None:
+                    violations = _against_tolerance(case, dtype, op_truth, op_low)
+                else:
+                    ref_truth, _ = forward_and_backward(context, low, torch.float64, cotangents, fn=case.reference)
+                    violations = _against_reference(dtype, k, ref_truth, op_low, ref_low)
+                if violations:
+                    _report(context, dtype, k, violations, op_truth, ref_truth)
+        if unsupported and len(unsupported) == len(dtypes):
+            pytest.skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
+
+
+def floor(dtype):
+    return FLOOR_ULPS * torch.finfo(dtype).eps
+
+
+def tolerance(case, dtype):
+    wanted = case.option("precision_tol")
+    if isinstance(wanted, dict):
+        wanted = wanted.get(dtype_label(dtype), wanted.get(dtype))
+    return float(wanted) if wanted is not None else TOLERANCES.get(dtype, 1e-5)
+
+
+def _against_tolerance(case, dtype, truth, got):
+    tol = tolerance(case, dtype)
+    found = []
+    for label, kind, expected, value in paired_tensors(truth, got):
+        error = normwise_error(expected, value)
+        if error.value > tol:
+            found.append((error.value / tol, label, kind, error, None, tol))
+    return found
+
+
+def _against_reference(dtype, k, truth, op_low, ref_low):
+    found = []
+    ref_errors = {label: normwise_error(e, g) for label, _, e, g in paired_tensors(truth, ref_low)}
+    for label, kind, expected, value in paired_tensors(truth, op_low):
+        if label not in ref_errors:
+            continue
+        error = normwise_error(expected, value)
+        budget = k * ref_errors[label].value + floor(dtype)
+        if error.value > budget:
+            found.append((error.value / budget, label, kind, error, ref_errors[label], budget))
+    return found
+
+
+def _describe(label, kind):
+    return f"gradient w.r.t. `{label[5:]}`" if kind == "argument" else label
+
+
+def _report(context, dtype, k, violations, op_truth, ref_truth):
+    violations.sort(key=lambda v: -v[0])
+    _, label, kind, error, ref_error, budget = violations[0]
+    what = _describe(label, kind)
+    name = dtype_label(dtype)
+    fields = {"output": label} if kind == "output" else {"argument": label[5:]}
+    if ref_error is None:
+        summary = f"{what} in {name} is off from float64 by {fmt(error.value)}, more than the {name} tolerance"
+        line = (f"error {fmt(error.value)} (max abs error / max |float64 value|) > tolerance {fmt(budget)} "
+                f"for {name}; without reference= there is no error budget to compare against")
+    else:
+        summary = (f"{what} in {name}: the op's error {fmt(error.value)} exceeds {fmt(k)} x the reference's "
+                   f"error {fmt(ref_error.value)}")
+        line = (f"op error {fmt(error.value)}, reference error {fmt(ref_error.value)} (each: max abs error / "
+                f"max |float64 value|); budget {fmt(k)} x {fmt(ref_error.value)} + floor {fmt(floor(dtype))} "
+                f"= {fmt(budget)}")
+    details = [f"also {_describe(v[1], v[2])}: error {fmt(v[3].value)} > {fmt(v[5])}" for v in violations[1:]]
+    if ref_truth is not None:
+        maths = {l: normwise_error(e, g).value for l, _, e, g in paired_tensors(ref_truth, op_truth)}.get(label, 0.0)
+        if maths > floor(torch.float32):
+            details.append(f"the op in float64 already differs from the reference in float64 by {fmt(maths)}: "
+                           "a difference in the maths, not in precision (see the reference check)")
+    context.fail(summary, dtype=name, worst=error.worst(label), error=line, details=details,
+                 hint=_hint(dtype, error.value), **fields)
+
+
+def _hint(dtype, error):
+    low, high = 0.1 * torch.finfo(torch.float16).eps, 4 * torch.finfo(torch.bfloat16).eps
+    if dtype not in HALF_DTYPES and low <= error <= high:
+        return (f"an error the size of 16-bit rounding (eps {fmt(torch.finfo(torch.float16).eps)} in float16, "
+                f"{fmt(torch.finfo(torch.bfloat16).eps)} in bfloat16) in a {dtype_label(dtype)} run: something "
+                "casts to 16 bits or accumulates in them (.half()/.bfloat16(), autocast, TF32 matmuls on CUDA)")
+    return ("the op loses more precision than it should: look for cancellation (subtracting close values), "
+            "reductions accumulated in a narrower dtype, or intermediate casts")
+
+
+check = Precision()

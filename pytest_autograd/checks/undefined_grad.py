@@ -1,0 +1,119 @@
+"""undefined_grad: backward copes with outputs whose gradient is undefined.
+
+When a caller uses only some outputs of a multi-output op, the others'
+gradients are undefined. With the default ``materialize_grads`` autograd
+turns them into zeros; after ``ctx.set_materialize_grads(False)`` backward
+receives ``None`` and must handle it. gradcheck always feeds every output a
+gradient, so this path goes untested until a user leaves an output unused.
+
+Scenarios, per sample: each differentiable output used alone; with three or
+more outputs, each left out in turn; and every output undefined at once,
+through ``torch._C._functions.UndefinedGrad`` (as gradcheck's
+``check_undefined_grad`` does). The last one also covers single-output ops:
+an undefined gradient reaches them when a downstream op's backward returns
+``None`` for them, and a ``set_materialize_grads(False)`` backward must
+handle that too.
+"""
+
+import pytest
+import torch
+
+from pytest_autograd.checks._hygiene import backward, differentiable_indices, quoted
+from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.gradcheck import has_floating_input
+from pytest_autograd.execution import OpRaised, output_label, random_cotangents
+
+NONE_HINT = ("with ctx.set_materialize_grads(False), backward receives None for every output whose gradient is "
+             "undefined: test `if grad is None` and use zeros (or skip that term); or drop "
+             "set_materialize_grads(False) so autograd passes zeros")
+
+
+def undefined_grad_node():
+    functions = getattr(torch._C, "_functions", None)
+    factory = getattr(functions, "UndefinedGrad", None)
+    return None if factory is None else factory()
+
+
+class UndefinedGrad(Check):
+    name = "undefined_grad"
+    description = "backward handles undefined (None) gradients of unused outputs"
+
+    def applies(self, case, device):
+        if not has_floating_input(case):
+            return "no floating-point tensor argument to differentiate"
+        return None
+
+    def run(self, context):
+        ran = False
+        for index, sample in context.samples():
+            prepared = context.prepare(sample)
+            if not prepared.leaves:
+                continue
+            outputs = context.run_op(prepared)
+            used = differentiable_indices(outputs)
+            if not used:
+                continue
+            ran = True
+            count = len(outputs)
+            cotangents = random_cotangents(outputs, context.generator)
+            scenarios = [[k] for k in used] if len(used) > 1 else []
+            if len(used) > 2:
+                scenarios += [[j for j in used if j != k] for k in used]
+            for kept in scenarios:
+                self._check_partial(context, prepared, cotangents, kept, used, count)
+            self._check_all_undefined(context, prepared, used, count)
+        if not ran:
+            pytest.skip("no sample has a floating output that requires grad: there is no gradient to leave undefined")
+
+    def _check_partial(self, context, prepared, cotangents, kept, used, count):
+        """Backward through the outputs in ``kept`` only; the rest get no gradient at all."""
+        unused = [output_label(k, count) for k in used if k not in kept]
+        situation = (f"when only {', '.join(output_label(k, count) for k in kept)} "
+                     f"{'is' if len(kept) == 1 else 'are'} used ({', '.join(unused)} left unused, "
+                     "its gradient undefined)")
+        expected_outputs = context.run_op(prepared)
+        zeros = [c if k in kept or c is None else torch.zeros_like(c) for k, c in enumerate(cotangents)]
+        expected = backward(expected_outputs, prepared.leaves, zeros)
+        outputs = context.run_op(prepared)
+        try:
+            got = backward([outputs[k] for k in kept], prepared.leaves, [cotangents[k] for k in kept])
+        except OpRaised as raised:
+            _fail_raised(context, raised, situation, output=", ".join(unused))
+        for name, want, grad in zip(prepared.names, expected, got):
+            context.compare(want.detach(), grad.detach(),
+                            f"gradient w.r.t. `{name}` is wrong {situation}", f"grad {name}",
+                            output=", ".join(unused), argument=name,
+                            hint="an undefined gradient must act like a zero gradient; " + NONE_HINT)
+
+    def _check_all_undefined(self, context, prepared, used, count):
+        """Every differentiable output's gradient undefined: backward must return nothing or zeros."""
+        node = undefined_grad_node()
+        if node is None:
+            return
+        labels = [output_label(k, count) for k in used]
+        situation = (f"when the gradient of {' and '.join(labels)} is undefined"
+                     if len(labels) == 1 else "when the gradients of all outputs are undefined")
+        outputs = context.run_op(prepared)
+        undefined = [node(outputs[k]) for k in used]
+        try:
+            grads = torch.autograd.grad(undefined, prepared.leaves, [torch.ones_like(u) for u in undefined],
+                                        allow_unused=True)
+        except Exception as error:
+            _fail_raised(context, OpRaised("backward", error), situation, output=", ".join(labels))
+        for name, grad in zip(prepared.names, grads):
+            if grad is not None and not bool((grad == 0).all()):
+                context.fail(f"backward returns a non-zero gradient for `{name}` {situation}",
+                             output=", ".join(labels), argument=name,
+                             hint="an undefined output gradient stands for zero: the input gradient must be "
+                                  "None or zeros")
+
+
+def _fail_raised(context, raised, situation, **fields):
+    where = raised.where()
+    details = [f"at {where}"] if where and "/torch/" not in where and "pytest_autograd" not in where else []
+    context.fail(f"the op's backward raised {type(raised.error).__name__} {situation}: {raised.error}",
+                 details=details, hint=NONE_HINT, **fields)
+
+
+__all__ = ["check", "quoted"]
+check = UndefinedGrad()

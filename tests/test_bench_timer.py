@@ -1,0 +1,208 @@
+"""The timer's own correctness: known costs, repeatability, statistics, stopping, roofline counts.
+
+No test here asserts how fast the product is; they assert that the timer
+reads a known cost correctly and reports its own noise honestly. Work is
+a pure-Python busy loop: single-threaded and deterministic, so it stays
+proportional to its iteration count even on a busy 2-core machine.
+"""
+
+import statistics
+
+import pytest
+import torch
+
+from pytest_autograd.bench import config as bench_config
+from pytest_autograd.bench import roofline
+from pytest_autograd.bench.config import BadSetting, TimerConfig
+from pytest_autograd.bench.stats import Stats, fmt_time
+from pytest_autograd.bench.timers import measure
+
+QUICK = TimerConfig(budget=0.25, noise=0.02, warmup=0.02)
+
+
+def spin(iterations):
+    total = 0
+    for i in range(iterations):
+        total += i
+    return total
+
+
+def calibrated_iterations(seconds):
+    """Iterations of ``spin`` taking about ``seconds`` here and now."""
+    iterations = 1000
+    while True:
+        measured = measure(lambda: spin(iterations), config=TimerConfig(budget=0.02, warmup=0.005)).median
+        if measured >= seconds / 4 or iterations > 10**8:
+            return max(1, int(iterations * seconds / measured))
+        iterations *= 4
+
+
+def test_double_the_work_reads_about_twice_the_time():
+    n = calibrated_iterations(0.5e-3)
+    ratios, noises = [], []
+    for _ in range(3):  # interleaved, so a change in machine load hits both sides alike
+        single = measure(lambda: spin(n), config=QUICK)
+        double = measure(lambda: spin(2 * n), config=QUICK)
+        ratios.append(double.median / single.median)
+        noises.append(single.noise + double.noise)
+    ratio = statistics.median(ratios)
+    assert 1.6 <= ratio <= 2.5, f"ratios {ratios}, noise {noises}"
+    # ... and within the noise the timer itself reports (with a floor for a quiet machine).
+    assert abs(ratio - 2) / 2 <= max(0.25, 2 * statistics.median(noises)), f"ratios {ratios}, noise {noises}"
+
+
+def test_repeated_runs_agree_within_their_reported_noise():
+    n = calibrated_iterations(1e-3)
+    runs = [measure(lambda: spin(n), config=QUICK) for _ in range(5)]
+    medians = [run.median for run in runs]
+    centre = statistics.median(medians)
+    spread = (max(medians) - min(medians)) / centre
+    reported = max(run.noise for run in runs)
+    assert spread <= max(2 * reported, 0.10), (
+        f"medians {[fmt_time(m) for m in medians]} spread {spread:.1%}, reported noise {reported:.1%}")
+
+
+def test_timer_reports_rounds_noise_and_how_it_stopped():
+    result = measure(lambda: spin(200), config=TimerConfig(budget=0.05, warmup=0.005))
+    assert result.rounds >= 3
+    assert result.stop in ("noise", "budget", "rounds")
+    assert result.timer == "perf_counter" and result.cache == "warm"
+    assert result.threads == torch.get_num_threads()
+    assert result.block >= 1 and result.stats.iterations == result.block
+    assert result.noise == pytest.approx(result.iqr / result.median)
+
+
+def test_cheap_calls_are_timed_in_blocks():
+    result = measure(lambda: None, config=TimerConfig(budget=0.05, warmup=0.005))
+    assert result.block > 100  # one call is far below the clock's resolution
+
+
+def test_a_tiny_budget_stops_on_the_budget_and_warns():
+    calls = []
+
+    def uneven():
+        calls.append(1)
+        spin(2000 if len(calls) % 2 else 20000)  # alternating costs: IQR stays wide
+
+    result = measure(uneven, config=TimerConfig(budget=0.02, noise=0.001, warmup=0.001, min_rounds=3))
+    assert result.stop == "budget"
+    assert result.noisy and "noisy" in result.warning()
+
+
+def test_setup_runs_outside_the_timed_region():
+    timed = measure(lambda state: spin(100), config=QUICK, setup=lambda: spin(20000))
+    untimed = measure(lambda: spin(20000), config=QUICK)
+    assert timed.block == 1
+    assert timed.median < untimed.median / 3
+
+
+def test_threads_option_sets_and_restores_torch_threads():
+    before = torch.get_num_threads()
+    seen = []
+    measure(lambda: seen.append(torch.get_num_threads()), config=TimerConfig(budget=0.01, warmup=0.001, threads=1))
+    assert set(seen) == {1}
+    assert torch.get_num_threads() == before
+
+
+def test_stats_match_pytest_benchmark_field_for_field():
+    reference = pytest.importorskip("pytest_benchmark.stats")
+    for data in ([3.0], [1.0, 2.0], [5.0, 1.0, 4.0], [1.0, 9.0, 2.0, 8.0, 3.0], [float(i % 7) + 1 for i in range(23)]):
+        theirs = reference.Stats()
+        for value in data:
+            theirs.update(value)
+        ours = Stats(data)
+        for name in reference.Stats.fields:
+            assert getattr(ours, name) == pytest.approx(getattr(theirs, name)), name
+
+
+def test_stats_round_trip_through_a_saved_dict():
+    stats = Stats([1e-3, 2e-3, 4e-3], iterations=7)
+    saved = stats.as_dict()
+    assert saved["iterations"] == 7 and saved["data"] == [1e-3, 2e-3, 4e-3]
+    assert Stats.from_dict(saved).median == stats.median
+    without_data = {k: v for k, v in saved.items() if k != "data"}
+    assert Stats.from_dict(without_data).median == stats.median
+
+
+def test_times_are_printed_with_a_readable_unit():
+    assert [fmt_time(t) for t in (2.5, 1.05e-3, 12.3e-6, 8.12e-7)] == ["2.5 s", "1.05 ms", "12.3 us", "812 ns"]
+
+
+@pytest.mark.parametrize("text, fields", [("median:10%", [("median", 0.1, True)]),
+                                          ("min:0.002,mean:5%", [("min", 0.002, False), ("mean", 0.05, True)])])
+def test_fail_rules_parse(text, fields):
+    rules = bench_config.parse_fail(text)
+    assert [(r.field, pytest.approx(r.limit), r.relative) for r in rules] == fields
+
+
+@pytest.mark.parametrize("text", ["median", "speed:10%", "median:ten%", ""])
+def test_bad_fail_rules_name_the_fix(text):
+    with pytest.raises(BadSetting, match="median:10%"):
+        bench_config.parse_fail(text)
+
+
+def test_fail_rule_limits():
+    relative, absolute = bench_config.parse_fail("median:10%,min:0.001")
+    assert relative.exceeded(1.0, 1.2) and not relative.exceeded(1.0, 1.05)
+    assert absolute.exceeded(0.001, 0.0025) and not absolute.exceeded(0.001, 0.0015)
+
+
+def test_noise_accepts_percent_and_fraction():
+    assert bench_config.parse_fraction("3%", "x") == pytest.approx(0.03)
+    assert bench_config.parse_fraction("0.05", "x") == pytest.approx(0.05)
+    with pytest.raises(BadSetting, match="3%"):
+        bench_config.parse_fraction("loud", "--autograd-bench-noise")
+
+
+def test_flop_counter_counts_a_matmul_forward_and_backward():
+    a = torch.randn(8, 16, requires_grad=True)
+    b = torch.randn(16, 4, requires_grad=True)
+    counted = roofline.count_flops(lambda: [a @ b], lambda outs: torch.autograd.grad(outs, [a, b], [torch.ones(8, 4)]))
+    assert counted["forward"] == 2 * 8 * 16 * 4
+    assert counted["backward"] == 2 * counted["forward"]
+    assert counted["forward+backward"] == 3 * counted["forward"]
+
+
+def test_marker_overrides_replace_counted_figures():
+    counted = {"forward": 100, "backward": 200}
+    assert roofline.resolve(None, counted, (), {}, "flops")["forward+backward"] == 300
+    assert roofline.resolve(50, counted, (), {}, "flops") == {"forward": 50, "backward": 200, "forward+backward": 250}
+    assert roofline.resolve({"backward": 7}, counted, (), {}, "flops")["backward"] == 7
+    by_size = roofline.resolve(lambda x: x.numel(), counted, (torch.zeros(3, 4),), {}, "flops")
+    assert by_size["forward"] == 12
+    with pytest.raises(BadSetting, match="direction"):
+        roofline.resolve({"sideways": 1}, counted, (), {}, "flops")
+
+
+def test_ideal_bytes_count_each_tensor_once():
+    x = torch.zeros(10)
+    assert roofline.tensor_bytes([x, x, torch.zeros(5, dtype=torch.float64)]) == 40 + 40
+    assert roofline.rates(2e12, 1e9, 1.0) == (2.0, 1.0, 2000.0)
+    assert roofline.rates(None, 0, 1.0) == (None, None, None)
+
+
+class SlowForwardCheapBackward(torch.autograd.Function):
+    """A known split: ~2 ms of forward, a trivial backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        spin(SlowForwardCheapBackward.iterations)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_backward_alone_does_not_count_the_forward():
+    from pytest_autograd.bench.measure import bench_point
+    from pytest_autograd.case import Sample, build_case
+
+    SlowForwardCheapBackward.iterations = calibrated_iterations(2e-3)
+    sample = Sample(torch.randn(16))
+    case = build_case({"op": SlowForwardCheapBackward}, [sample])
+    result = bench_point(case, sample, "cpu", None, TimerConfig(budget=0.1, warmup=0.01), list(bench_config.DIRECTIONS),
+                         torch.Generator().manual_seed(0))
+    assert result.backward.median < result.forward.median / 4
+    assert result.forward_backward.median > result.forward.median * 0.8
+    assert result.reference is None and result.speedup() is None

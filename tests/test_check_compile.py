@@ -1,0 +1,74 @@
+"""compile: torch.compile(op) against eager; graph breaks named. Opt-in, so every run selects it.
+
+Compilation is slow on small CPUs: most tests use the cheap aot_eager
+backend (dynamo and AOTAutograd, no code generation); the inductor test,
+which needs generated code to show the bug, is marked slow.
+"""
+
+import pytest
+import torch  # noqa: F401  (imported before any in-process pytester run, see conftest)
+import torch._dynamo  # noqa: F401
+
+import pytest_autograd.checks.compile  # noqa: F401
+import reference_ops.transforms  # noqa: F401
+
+OPS = """
+import pytest
+import torch
+from reference_ops import Cube
+from reference_ops.transforms import CubeValidatesInput, scaled_row_sum, scaled_row_sum_default_dtype_fake
+
+
+@pytest.mark.autograd_op(op={op}{marker})
+def test_op():
+    return [(torch.randn(3, 4, dtype={dtype}),)]
+"""
+AOT_EAGER = ", compile_backend='aot_eager'"
+
+
+def run(pytester, op, marker="", dtype="torch.float32", checks="--autograd-checks=compile"):
+    pytester.makepyfile(test_ops=OPS.format(op=op, marker=marker, dtype=dtype))
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", checks, "-rs")
+
+
+def test_a_data_dependent_branch_fails_fullgraph_naming_the_break(pytester):
+    result = run(pytester, "CubeValidatesInput", AOT_EAGER + ", compile_fullgraph=True")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*torch.compile(op, fullgraph=True) raised *",
+        "*check compile, device cpu, dtype float32, sample 0",
+        "*graph break: * at *transforms.py:* in forward: `if not torch.isfinite(x).all():`",
+        "*hint: fullgraph=True needs the op traceable end to end*",
+    ])
+
+
+def test_without_fullgraph_the_break_is_a_warning_and_the_op_passes(pytester):
+    result = run(pytester, "CubeValidatesInput", AOT_EAGER)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*GraphBreakWarning: compile: torch.compile(CubeValidatesInput) has 1 graph break(s)*"])
+
+
+def test_a_traceable_function_passes_fullgraph(pytester):
+    run(pytester, "Cube", AOT_EAGER + ", compile_fullgraph=True").assert_outcomes(passed=1)
+
+
+def test_compile_is_opt_in(pytester):
+    result = run(pytester, "Cube", checks="-k compile")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*compile is opt-in: select it with --autograd-checks=compile*"])
+
+
+@pytest.mark.slow
+def test_a_fake_impl_in_the_default_dtype_makes_inductor_differ_from_eager(pytester):
+    pytester.makepyfile(test_ops=OPS.format(op="scaled_row_sum_default_dtype_fake", marker="", dtype="torch.float64")
+                        + OPS.format(op="scaled_row_sum", marker="", dtype="torch.float64").replace(
+                            "def test_op", "def test_twin"))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=compile")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines([
+        "*test_op*",
+        "*output of torch.compile(op) differs from eager",
+        "*check compile, device cpu, dtype float64, sample 0",
+        "*backend: inductor",
+        "*hint: eager and compiled code disagree: *fake impl*",
+    ])

@@ -1,0 +1,67 @@
+"""forward_ad: a Function's jvp against numerical derivatives and against its own backward."""
+
+import torch  # noqa: F401  (imported before any in-process pytester run, see conftest)
+
+import pytest_autograd.checks.forward_ad  # noqa: F401
+import reference_ops.transforms  # noqa: F401
+
+OPS = """
+import pytest
+import torch
+from reference_ops import ElementwiseMul
+from reference_ops.transforms import MulJvpReusesTangent, MulWithJvp
+
+
+class MulBackwardWrong(MulWithJvp):
+    @staticmethod
+    def backward(ctx, grad_output):
+        a, b = ctx.saved_tensors
+        return grad_output * b, grad_output * b  # should be grad_output * a
+
+
+def samples():
+    return [(torch.randn(3, 4), torch.randn(3, 4))]
+
+
+@pytest.mark.autograd_op(op={op})
+def test_op():
+    return samples()
+"""
+
+
+def run(pytester, op):
+    pytester.makepyfile(test_ops=OPS.format(op=op))
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=forward_ad", "-rs")
+
+
+def test_a_jvp_that_reuses_one_tangent_fails_naming_the_argument(pytester):
+    result = run(pytester, "MulJvpReusesTangent")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*jvp: tangent of output along a direction in `a` does not match the numerical directional derivative",
+        "*check forward_ad, device cpu, dtype float64, sample 0",
+        "*output: output, argument: a",
+        "*worst element: tangent of output*: expected *, got *",
+        "*hint: jvp must return J(x) @ tangents*",
+    ])
+
+
+def test_a_correct_jvp_passes(pytester):
+    run(pytester, "MulWithJvp").assert_outcomes(passed=1)
+
+
+def test_a_backward_that_disagrees_with_a_correct_jvp_fails(pytester):
+    result = run(pytester, "MulBackwardWrong")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*forward and backward mode disagree along a direction in `b`: <v, J u> from jvp differs "
+        "from <J^T v, u> from backward",
+        "*jvp gives *, backward gives * (abs error * > tolerance *)",
+        "*hint: jvp matches the numerical derivative, so backward is the wrong one*",
+    ])
+
+
+def test_a_function_without_jvp_is_skipped_with_the_reason(pytester):
+    result = run(pytester, "ElementwiseMul")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*op defines no jvp*"])

@@ -1,0 +1,131 @@
+"""The noncontiguous check lays out arguments and grad_output differently and names the one that breaks the op."""
+
+import textwrap
+
+import torch
+
+
+def run(pytester, run_pytest, source, *args):
+    pytester.makepyfile(textwrap.dedent(source))
+    return run_pytest("--autograd-checks=noncontiguous", *args)
+
+
+def test_noncontiguous_names_the_transposed_input_that_breaks_the_weight_gradient(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        from reference_ops.buggy import LinearContiguousAssumption
+
+        @pytest.mark.autograd_op(op=LinearContiguousAssumption)
+        def test_linear():
+            return [(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5))]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*gradient w.r.t. `weight` differs from the contiguous run when `input` is transposed",
+        "*check noncontiguous, device cpu, dtype float32, sample 0",
+        "*argument: weight",
+        "*worst element: grad weight[[]*[]]: expected *, got *",
+        "*layout: transposed (dims reversed, not contiguous)",
+        "*hint: the kernel reads memory as if the tensor were contiguous: call .contiguous()*",
+    ])
+
+
+def test_noncontiguous_blames_grad_output_when_backward_reads_it_as_contiguous(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        class ScaleReadsGradOutputRaw(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                # walks grad's memory the way a raw kernel on data_ptr() would
+                raw = grad.as_strided(grad.shape, torch.empty(grad.shape).stride())
+                return raw * 2
+
+        @pytest.mark.autograd_op(op=ScaleReadsGradOutputRaw)
+        def test_scale():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*gradient w.r.t. `x` differs from the contiguous run when grad_output is transposed",
+    ])
+
+
+def test_noncontiguous_reports_an_out_of_bounds_read_of_an_expanded_input(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        class RowSums(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                if x.stride(-1) != 1:   # checks only the innermost stride, then assumes dense rows
+                    x = x.contiguous()
+                ctx.width = x.shape[-1]
+                rows = x.as_strided((x.shape[0], x.shape[1]), (x.shape[1], 1))
+                return rows.sum(-1)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad.unsqueeze(-1).expand(grad.shape[0], ctx.width).clone()
+
+        @pytest.mark.autograd_op(op=RowSums)
+        def test_row_sums():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*the op's forward raised RuntimeError when `x` is expanded: setStorage: *out of bounds*",
+        "*layout: expanded (stride 0 along the leading dim)",
+    ])
+
+
+def test_noncontiguous_passes_ops_that_handle_every_layout(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        import torch.nn.functional as F
+        from reference_ops import AddOneInPlace, LinearFunction, SortWithIndices, SplitHalves, KillHead
+
+        @pytest.mark.autograd_op(op=LinearFunction)
+        def test_linear():
+            return [(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)), (torch.randn(2, 3, 4), torch.randn(5, 4), None)]
+
+        @pytest.mark.autograd_op(op=AddOneInPlace)
+        def test_in_place_with_mark_dirty():
+            return [(torch.randn(3, 4),)]
+
+        @pytest.mark.autograd_op(op=SortWithIndices)
+        def test_sort():
+            return [(torch.randn(3, 5),)]
+
+        @pytest.mark.autograd_op(op=SplitHalves)
+        def test_split():
+            return [(torch.randn(3, 5), 2)]
+
+        @pytest.mark.autograd_op(op=KillHead)
+        def test_kill_head():
+            return [(torch.randn(2, 3, 4), 1)]
+
+        def conv(x, w):
+            return F.conv2d(x, w, padding=1)
+
+        @pytest.mark.autograd_op(op=conv)
+        def test_conv_channels_last():
+            return [(torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3))]
+    """)
+    result.assert_outcomes(passed=6)
+
+
+def test_noncontiguous_layouts_keep_values_and_break_contiguity():
+    from pytest_autograd.checks.noncontiguous import channels_last, sliced, transposed
+
+    x = torch.randn(2, 3, 4, 5)
+    for layout in (transposed, sliced, channels_last):
+        laid = layout(x)
+        assert not laid.is_contiguous() and torch.equal(laid, x)
+    assert channels_last(torch.randn(3, 4)) is None
+    assert transposed(torch.randn(5)) is None
+    assert sliced(torch.randn(1, 1)) is None

@@ -1,0 +1,110 @@
+"""Each item is seeded from the base seed and its node id: reproducible, printed, rerunnable."""
+
+import json
+import re
+
+RECORDING_TEST = """
+import json
+import os
+import pytest
+import torch
+from reference_ops import LinearFunction
+
+def record(request, x):
+    with open(os.environ["SAMPLES_LOG"], "a") as log:
+        log.write(json.dumps([request.node.nodeid, x.flatten().tolist()]) + "\\n")
+
+@pytest.mark.autograd_op(op=LinearFunction, reference=torch.nn.functional.linear)
+def test_linear(request):
+    x = torch.randn(2, 3)
+    record(request, x)
+    return [(x, torch.randn(2, 3), None)]
+
+@pytest.mark.autograd_op(op=LinearFunction, reference=torch.nn.functional.linear)
+def test_linear_again(request):
+    x = torch.randn(2, 3)
+    record(request, x)
+    return [(x, torch.randn(2, 3), None)]
+"""
+
+FAILING_TEST = """
+import pytest
+import torch
+from reference_ops.buggy import LinearGradInputWrong
+
+@pytest.mark.autograd_op(op=LinearGradInputWrong)
+def test_linear():
+    return [(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5))]
+"""
+
+
+def recorded_samples(pytester, run_pytest, monkeypatch, *args):
+    log = pytester.path / "samples.jsonl"
+    if log.exists():
+        log.unlink()
+    monkeypatch.setenv("SAMPLES_LOG", str(log))
+    run_pytest("--autograd-checks=gradcheck,reference", *args).assert_outcomes(passed=4)
+    return dict(json.loads(line) for line in log.read_text().splitlines())
+
+
+def test_every_item_gets_its_own_samples(pytester, run_pytest, monkeypatch):
+    pytester.makepyfile(test_seeded=RECORDING_TEST)
+    samples = recorded_samples(pytester, run_pytest, monkeypatch)
+    assert len(samples) == 4
+    assert len({tuple(values) for values in samples.values()}) == 4
+
+
+def test_the_same_base_seed_gives_the_same_samples(pytester, run_pytest, monkeypatch):
+    pytester.makepyfile(test_seeded=RECORDING_TEST)
+    first = recorded_samples(pytester, run_pytest, monkeypatch, "--autograd-seed=5")
+    second = recorded_samples(pytester, run_pytest, monkeypatch, "--autograd-seed=5")
+    other = recorded_samples(pytester, run_pytest, monkeypatch, "--autograd-seed=6")
+    assert first == second
+    assert all(first[nodeid] != other[nodeid] for nodeid in first)
+
+
+def test_an_item_run_alone_sees_the_samples_it_saw_in_the_full_run(pytester, run_pytest, monkeypatch):
+    pytester.makepyfile(test_seeded=RECORDING_TEST)
+    full = recorded_samples(pytester, run_pytest, monkeypatch)
+    log = pytester.path / "samples.jsonl"
+    log.unlink()
+    run_pytest("test_seeded.py::test_linear_again[reference-cpu]").assert_outcomes(passed=1)
+    [line] = log.read_text().splitlines()
+    nodeid, values = json.loads(line)
+    assert values == full[nodeid]
+
+
+def test_the_seed_and_a_rerun_command_are_printed_on_failure(pytester, run_pytest):
+    pytester.makepyfile(test_failing=FAILING_TEST)
+    result = run_pytest("--autograd-checks=gradcheck", "--autograd-seed=42")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "  seed: *",
+        '  rerun: pytest "test_failing.py::test_linear[[]gradcheck-cpu[]]" --autograd-seed=42',
+    ], consecutive=True)
+
+
+def test_the_rerun_command_reproduces_the_same_failure(pytester, run_pytest):
+    pytester.makepyfile(test_failing=FAILING_TEST)
+    first = run_pytest("--autograd-checks=gradcheck", "--autograd-seed=42")
+    first.assert_outcomes(failed=1)
+    rerun = re.search(r'rerun: pytest "([^"]+gradcheck-cpu\])" --autograd-seed=(\d+)', first.stdout.str())
+    second = run_pytest(rerun.group(1), f"--autograd-seed={rerun.group(2)}")
+    second.assert_outcomes(failed=1)
+
+    def report(result):
+        text = result.stdout.str()
+        start = text.index("does not match the numerical derivative")
+        return text[start:text.index("rerun:", start)]
+
+    assert report(second) == report(first)
+    assert "worst element: d output[" in report(second)
+
+
+def test_a_random_base_seed_is_shown_in_the_header_and_in_the_rerun_command(pytester, run_pytest):
+    pytester.makepyfile(test_failing=FAILING_TEST)
+    result = run_pytest("--autograd-checks=gradcheck", "--autograd-seed=random")
+    result.assert_outcomes(failed=1)
+    seed = re.search(r"autograd: devices=cpu checks=gradcheck seed=(\d+)", result.stdout.str()).group(1)
+    result.stdout.fnmatch_lines([f'  rerun: pytest "test_failing.py::test_linear[[]gradcheck-cpu[]]" '
+                                 f"--autograd-seed={seed}"])
