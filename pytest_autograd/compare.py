@@ -54,6 +54,7 @@ class Mismatch:
     bad: int
     numel: int
     problem: str = None  # set when shapes/dtypes differ instead of values
+    exact: bool = False  # integer/bool tensors: no tolerance, no relative error
 
     def worst(self, name="tensor"):
         if self.problem:
@@ -63,6 +64,8 @@ class Mismatch:
     def error_line(self):
         if self.problem:
             return None
+        if self.exact:
+            return f"compared exactly (integer/bool values); {self.bad} of {self.numel} elements differ"
         return (
             f"max abs error {fmt(self.max_abs)}, max rel error {fmt(self.max_rel)} "
             f"(atol {fmt(self.atol)}, rtol {fmt(self.rtol)}); {self.bad} of {self.numel} elements differ"
@@ -87,7 +90,7 @@ def compare_tensors(expected, got, atol, rtol, scale_atol=True):
             return None
         index = tuple(int(i) for i in differ.nonzero()[0])
         return Mismatch(index, _item(expected[index]), _item(got[index]), math.nan, math.nan, 0.0, 0.0,
-                        int(differ.sum()), expected.numel())
+                        int(differ.sum()), expected.numel(), exact=True)
     expected = expected.to(torch.complex128 if expected.is_complex() else torch.float64)
     got = got.to(expected.dtype)
     if expected.numel() == 0:

@@ -83,20 +83,22 @@ def pytest_generate_tests(metafunc):
     where = metafunc.definition.nodeid
     known_checks = registry.names()
     try:
-        known_options = dict(CORE_OPTIONS)
-        for check in registry.checks():
-            known_options.update(getattr(check, "options", {}) or {})
-        validate_marker(mark, known_options, known_checks, where)
+        validate_marker(mark, _known_options(settings, registry, mark), known_checks, where)
         devices = mark.kwargs.get("devices") or settings.devices
         if isinstance(devices, str):
             devices = parse_devices(devices, f"{where}: devices=")
         else:
             devices = parse_devices(",".join(devices), f"{where}: devices=")
     except (UsageProblem, pytest.UsageError) as problem:
-        raise metafunc.definition.CollectError(str(problem)) from None
+        raise pytest.Collector.CollectError(str(problem)) from None
     specs = [ItemSpec(name, device, selected) for name, selected in _selected_checks(settings, registry, mark)
              for device in devices]
     metafunc.fixturenames.append(ITEM_ARG)
+    if not specs:
+        reason = ("no check selected: the marker's checks=/skip= and --autograd-checks="
+                  f"{','.join(settings.checks or [])} leave none to run")
+        metafunc.parametrize(ITEM_ARG, [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["no-checks"])
+        return
     metafunc.parametrize(ITEM_ARG, specs, ids=[str(spec) for spec in specs])
 
 
@@ -119,6 +121,21 @@ def pytest_make_collect_report(collector):
     return report
 
 
+def _known_options(settings, registry, mark):
+    """Marker keywords the core and the checks understand.
+
+    Only the checks this test runs are imported to ask for their options;
+    every check module is imported only when a keyword is still unknown.
+    """
+    known = dict(CORE_OPTIONS)
+    for name, _ in _selected_checks(settings, registry, mark):
+        known.update(getattr(registry.get(name), "options", {}) or {})
+    if set(mark.kwargs) - set(known):
+        for check in registry.checks():
+            known.update(getattr(check, "options", {}) or {})
+    return known
+
+
 def _selected_checks(settings, registry, mark):
     """(name, explicitly selected) for each check this marked test runs."""
     wanted = mark.kwargs.get("checks")
@@ -138,8 +155,15 @@ def _selected_checks(settings, registry, mark):
 
 
 def item_spec(item):
+    """The ItemSpec of a generated item; None for other tests.
+
+    When a marker's ``checks=`` and ``--autograd-checks`` share no check, the
+    parametrization is empty and pytest fills the slot with a NOTSET
+    placeholder (the item is then skipped as an empty parameter set).
+    """
     callspec = getattr(item, "callspec", None)
-    return None if callspec is None else callspec.params.get(ITEM_ARG)
+    spec = None if callspec is None else callspec.params.get(ITEM_ARG)
+    return spec if isinstance(spec, ItemSpec) else None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -18,8 +18,6 @@ Custom ops live in the ``pytest_autograd_ref`` namespace and are defined once
 per process, so importing this module twice (e.g. from pytester runs) is safe.
 """
 
-from __future__ import annotations
-
 import torch
 from torch import Tensor
 from torch.autograd import Function
@@ -159,6 +157,8 @@ def _define(name, fn, fake=None, backward=None, setup_context=None, mutates_args
 
     qualname = f"{NAMESPACE}::{name}"
     existing = getattr(custom_ops, "OPDEFS", {}).get(qualname)
+    if existing is None:  # torch without OPDEFS: the operator itself, if registered before
+        existing = getattr(getattr(torch.ops, NAMESPACE), name, None)
     if existing is not None:
         return existing
     op = torch.library.custom_op(qualname, mutates_args=mutates_args)(fn)

@@ -2,22 +2,25 @@
 
 ``pytester.runpytest_inprocess`` restores ``sys.modules`` after each run,
 dropping every module first imported during it. torch's C extension cannot
-be imported a second time in one process, so torch (and the modules the
-generated test files use) are imported here, before any in-process run.
+be imported a second time in one process, and re-importing the check
+modules (or sympy, which torch.autograd.grad pulls in) on every run costs
+about a second each, so they are all imported here, before any run.
 """
 
-import torch  # noqa: F401
+import importlib
 
-import pytest_autograd.checks.gradcheck  # noqa: F401
-import pytest_autograd.checks.gradgradcheck  # noqa: F401
-import pytest_autograd.checks.parity  # noqa: F401
-import pytest_autograd.checks.reference  # noqa: F401
+import pytest
+import torch
+import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it, and sympy, on first use)
+
 import pytest_autograd.imperative  # noqa: F401
 import pytest_autograd.runner  # noqa: F401
 import reference_ops  # noqa: F401
 import reference_ops.buggy  # noqa: F401
+from pytest_autograd.builtin import builtin_check_names
 
-import pytest
+for _name in builtin_check_names():
+    importlib.import_module(f"pytest_autograd.checks.{_name}")
 
 # Flags for in-process pytester runs: no cache files, no assertion rewriting
 # (with PYTHONDONTWRITEBYTECODE every rewritten module is compiled again on

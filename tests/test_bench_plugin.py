@@ -8,8 +8,10 @@ import json
 
 import pytest
 
-# Inner runs skip plugins that would re-import big modules on every in-process run.
-BASE = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+# Inner runs skip what makes each in-process run slow (see conftest.FAST_INNER_RUN); xdist stays
+# loaded because the xdist tests need it.
+BASE = ["-p", "no:cacheprovider", "--assert=plain", "-p", "no:unraisableexception", "-p", "no:hypothesispytest",
+        "-p", "no:benchmark"]
 FAST = [*BASE, "--autograd-checks=bench", "--autograd-bench-budget=0.01", "--autograd-bench-warmup=0.001"]
 
 LINEAR_TEST = """
@@ -108,7 +110,8 @@ def test_sin():
 """)
     result = run(pytester, "--autograd-bench-json=bench.json")
     result.assert_outcomes(passed=1)
-    rows = {e["params"]["direction"]: e["extra_info"] for e in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]}
+    entries = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    rows = {e["params"]["direction"]: e["extra_info"] for e in entries}
     assert rows["forward"]["flops"] == 1000 and rows["backward"]["flops"] == 3000
     assert rows["forward+backward"]["flops"] == 4000
     assert rows["forward"]["bytes"] == 512
@@ -136,7 +139,8 @@ def test_a_regression_fails_the_bench_item_with_old_new_ratio_and_noise(pytester
     result.stdout.fnmatch_lines([
         "*3 timing(s) regressed against baseline 'main' (limit median +10%)",
         "*check bench, device cpu*",
-        "*LinearFunction forward (cpu, float32): median old 1 ns -> new * ratio *x, limit median +10%; noise old *, new *",
+        "*LinearFunction forward (cpu, float32): median old 1 ns -> new * ratio *x, limit median +10%; "
+        "noise old *, new *",
         "*LinearFunction backward (cpu, float32): median old 1 ns*",
         "*hint: if the slowdown is expected, save a new baseline with --autograd-bench-save=main",
         "*vs main*",
@@ -327,7 +331,8 @@ def test_relu(autograd_bench):
 
 def test_xdist_workers_report_into_one_summary_and_json(pytester):
     pytest.importorskip("xdist")
-    pytester.makepyfile(LINEAR_TEST + """
+    # flops= given in full: workers skip the FLOP counter, whose first use imports torch._dynamo.
+    pytester.makepyfile(LINEAR_TEST.replace("reference=", "flops={'forward': 1, 'backward': 2}, reference=") + """
 @pytest.mark.autograd_op(op=torch.sin)
 def test_sin():
     return [(torch.randn(16),)]
@@ -352,3 +357,22 @@ def test_bench_items_get_one_xdist_group_per_device(pytester):
                                         "--autograd-bench")
     groups = {item.name: [m.args[0] for m in item.iter_markers("xdist_group")] for item in items}
     assert groups == {"test_linear[gradcheck-cpu]": [], "test_linear[bench-cpu]": ["autograd-bench-cpu"]}
+
+
+def test_help_lists_the_bench_options(pytester):
+    result = pytester.runpytest_inprocess(*BASE, "--help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*--autograd-bench *run the bench items*", "*--autograd-bench-noise=FRACTION*",
+                                 "*--autograd-bench-fail=EXPR*", "*median:10% or min:0.001*"])
+
+
+def test_the_bench_plugin_imports_no_torch_when_no_benchmark_runs(pytester):
+    pytester.makepyfile("""
+import sys
+
+def test_plain():
+    assert "torch" not in sys.modules
+""")
+    result = pytester.runpytest_subprocess(*BASE, "-p", "no:xdist", "--autograd-bench")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["autograd bench: budget 0.5 s per timing, noise target 3.0%*; CPU * cores)"])

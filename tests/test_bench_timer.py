@@ -86,7 +86,7 @@ def test_a_tiny_budget_stops_on_the_budget_and_warns():
 
     result = measure(uneven, config=TimerConfig(budget=0.02, noise=0.001, warmup=0.001, min_rounds=3))
     assert result.stop == "budget"
-    assert result.noisy and "noisy" in result.warning()
+    assert result.noisy and result.warning()
 
 
 def test_setup_runs_outside_the_timed_region():
@@ -206,3 +206,67 @@ def test_backward_alone_does_not_count_the_forward():
     assert result.backward.median < result.forward.median / 4
     assert result.forward_backward.median > result.forward.median * 0.8
     assert result.reference is None and result.speedup() is None
+
+
+def test_multithreaded_cpu_timings_on_a_busy_machine_are_flagged():
+    from pytest_autograd.bench.timers import Measurement
+
+    def timing(threads, load):
+        return Measurement(Stats([1e-3] * 10), "cpu", "perf_counter", "warm", "noise", 0.03, 1, 1, 0.0,
+                           threads=threads, load=load, cores=2)
+
+    assert timing(threads=2, load=5.5).busy
+    assert "--autograd-bench-threads=1" in timing(threads=2, load=5.5).warning()
+    assert not timing(threads=1, load=5.5).busy  # one thread: preemption shows in the IQR instead
+    assert not timing(threads=2, load=0.5).busy and timing(threads=2, load=0.5).warning() is None
+
+
+def test_cuda_path_times_with_events_flushes_outside_them_and_syncs_once_per_batch(monkeypatch):
+    """The CUDA timer's structure, checked on CPU with stand-ins for events, sync and the flush buffer."""
+    import contextlib
+
+    from pytest_autograd.bench import timers
+
+    gpu_clock, log = [0.0], []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self):
+            self.at = gpu_clock[0]
+            log.append("record")
+
+        def elapsed_time(self, end):
+            return (end.at - self.at) * 1e3  # milliseconds, like CUDA events
+
+    class FlushBuffer:
+        def zero_(self):
+            gpu_clock[0] += 5e-3  # a slow flush: it must not show in the timings
+            log.append("flush")
+
+    real_empty = torch.empty
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(timers, "l2_flush_bytes", lambda device: 1)
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k:
+                        FlushBuffer() if str(device).startswith("cuda") else real_empty(*a, device=device, **k))
+
+    def op():
+        gpu_clock[0] += 1e-3  # every call costs 1 ms of "GPU" time
+        log.append("op")
+
+    result = measure(op, "cuda", TimerConfig(budget=0.05, warmup=0.005))
+    assert (result.timer, result.cache) == ("cuda-events", "cold")
+    assert result.median == pytest.approx(1e-3) and result.noise == pytest.approx(0, abs=1e-9)
+    timed = log[log.index("flush"):]
+    assert timed[:4] == ["flush", "record", "op", "record"]  # flush before the start event
+    assert timed.count("op") == timed.count("flush") >= result.rounds
+    assert timed.count("sync") == -(-timed.count("op") // result.block)  # one synchronize per batch
+    assert result.block > 1
+
+    log.clear()
+    warm = measure(op, "cuda", TimerConfig(budget=0.05, warmup=0.005, cache="warm"))
+    assert warm.cache == "warm" and "flush" not in log

@@ -5,12 +5,15 @@ backend (dynamo and AOTAutograd, no code generation); the inductor test,
 which needs generated code to show the bug, is marked slow.
 """
 
+import warnings
+
 import pytest
-import torch  # noqa: F401  (imported before any in-process pytester run, see conftest)
-import torch._dynamo  # noqa: F401
+import torch
 
 import pytest_autograd.checks.compile  # noqa: F401
-import reference_ops.transforms  # noqa: F401
+from pytest_autograd.imperative import run_checks
+from reference_ops import Cube
+from reference_ops.transforms import CubeValidatesInput, scaled_row_sum
 
 OPS = """
 import pytest
@@ -26,9 +29,29 @@ def test_op():
 AOT_EAGER = ", compile_backend='aot_eager'"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compile_machinery_imported():
+    """Import what torch.compile loads lazily before any in-process run.
+
+    pytester drops modules first imported during a run; torch's compile
+    stack registers global state on import and refuses a second import.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for op in (Cube, CubeValidatesInput):
+            run_checks(op, torch.randn(3), checks="compile", compile_backend="aot_eager", compile_fullgraph=True)
+
+
+@pytest.fixture
+def inductor_imported():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_checks(scaled_row_sum, torch.randn(3, 4, dtype=torch.float64), checks="compile")
+
+
 def run(pytester, op, marker="", dtype="torch.float32", checks="--autograd-checks=compile"):
     pytester.makepyfile(test_ops=OPS.format(op=op, marker=marker, dtype=dtype))
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", checks, "-rs")
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", checks, "-rs")
 
 
 def test_a_data_dependent_branch_fails_fullgraph_naming_the_break(pytester):
@@ -59,11 +82,11 @@ def test_compile_is_opt_in(pytester):
 
 
 @pytest.mark.slow
-def test_a_fake_impl_in_the_default_dtype_makes_inductor_differ_from_eager(pytester):
+def test_a_fake_impl_in_the_default_dtype_makes_inductor_differ_from_eager(pytester, inductor_imported):
     pytester.makepyfile(test_ops=OPS.format(op="scaled_row_sum_default_dtype_fake", marker="", dtype="torch.float64")
                         + OPS.format(op="scaled_row_sum", marker="", dtype="torch.float64").replace(
                             "def test_op", "def test_twin"))
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=compile")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--autograd-checks=compile")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines([
         "*test_op*",

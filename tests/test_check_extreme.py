@@ -27,7 +27,7 @@ def test_op():
 
 def run(pytester, op, marker=""):
     pytester.makepyfile(test_ops=OPS.format(op=op, marker=marker))
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=extreme", "-rs")
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--autograd-checks=extreme", "-rs")
 
 
 def test_a_naive_softmax_overflows_in_float32_and_fails(pytester):
@@ -55,7 +55,7 @@ def test_a_max_subtracted_softmax_passes_in_every_dtype(pytester):
 
 
 def test_overflow_the_dtype_cannot_avoid_is_not_a_failure(pytester):
-    # x**3 of float16 inputs near 16..22 exceeds 65504: float64 is finite, but does not fit float16
+    # x**3 of float16 inputs near 8..22 exceeds 65504: float64 is finite, but does not fit float16
     run(pytester, "Cube", ", dtypes=['float32', 'float16']").assert_outcomes(passed=1)
 
 
@@ -63,7 +63,7 @@ def test_a_norm_whose_squares_underflow_fails_at_tiny_magnitude(pytester):
     result = run(pytester, "naive_normalize")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*output is NaN in float32 for inputs scaled to max |x| = *e-23, where the op in float64 is finite",
+        "*output is inf in float32 for inputs scaled to max |x| = *e-23, where the op in float64 is finite",
         "*magnitude tiny: squares underflow to 0*",
         "*hint: an intermediate underflows to 0*",
     ])
@@ -76,4 +76,5 @@ def test_magnitudes_reach_the_edges_of_each_dtype():
         tiny = values["tiny: squares underflow to 0"]
         assert torch.tensor(tiny, dtype=dtype) > 0 and torch.tensor(tiny, dtype=dtype) ** 2 == 0
         assert math.exp(values["large: exp overflows"]) > info.max
-        assert values["huge: max ** 0.25"] ** 4 <= info.max
+        huge = torch.tensor(values["huge: products of four inputs still fit"], dtype=dtype)
+        assert torch.isfinite(huge**4)

@@ -1,9 +1,10 @@
 """forward_ad: a Function's jvp against numerical derivatives and against its own backward."""
 
-import torch  # noqa: F401  (imported before any in-process pytester run, see conftest)
+import pytest
+import torch
 
-import pytest_autograd.checks.forward_ad  # noqa: F401
-import reference_ops.transforms  # noqa: F401
+from pytest_autograd.imperative import run_checks
+from reference_ops.transforms import MulWithJvp
 
 OPS = """
 import pytest
@@ -29,9 +30,16 @@ def test_op():
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def torch_machinery_imported():
+    """Run the check once before any in-process pytester run: pytester drops modules first
+    imported during a run, and parts of torch refuse to be imported twice."""
+    run_checks(MulWithJvp, torch.randn(3), torch.randn(3), checks="forward_ad")
+
+
 def run(pytester, op):
     pytester.makepyfile(test_ops=OPS.format(op=op))
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=forward_ad", "-rs")
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--autograd-checks=forward_ad", "-rs")
 
 
 def test_a_jvp_that_reuses_one_tangent_fails_naming_the_argument(pytester):

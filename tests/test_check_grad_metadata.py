@@ -32,8 +32,8 @@ def test_grad_metadata_fails_a_float64_op_whose_backward_returns_float32(pyteste
         grad_input="grad.float() @ weight.float()", grad_bias="grad.sum(0)"))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*backward returns the gradient of `input` as float32, but `input` is float64; autograd casts it "
-        "silently: the float64 gradient then carries only float32 precision",
+        ("*backward returns the gradient of `input` as float32, but `input` is float64; autograd casts it "
+        "silently: the float64 gradient then carries only float32 precision"),
         "*check grad_metadata, device cpu, dtype float64, sample 0",
         "*argument: input",
         "*raw gradient: float32[[]3, 4[]] on cpu; input: float64[[]3, 4[]] on cpu",
@@ -52,8 +52,8 @@ def test_grad_metadata_fails_a_backward_that_computes_in_float32_and_casts_back(
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*backward returns a float64 gradient for `input` whose 12 non-zero values are all exactly float32 "
-        "numbers: backward computes in float32 and casts back",
+        ("*backward returns a float64 gradient for `input` whose 12 non-zero values are all exactly float32 "
+        "numbers: backward computes in float32 and casts back"),
         "*dtype float64*",
     ])
 
@@ -62,8 +62,8 @@ def test_grad_metadata_only_warns_about_a_gradient_the_engine_sums_over_broadcas
     result = run(pytester, run_pytest, LINEAR_RETURNING.format(grad_input="grad @ weight", grad_bias="grad"))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "*HygieneWarning: Linear: backward returns the gradient of `bias` with shape [[]3, 5[]] for an input "
-        "of shape [[]5[]]; autograd sums it over the broadcast dimensions*",
+        ("*HygieneWarning: Linear: backward returns the gradient of `bias` with shape [[]3, 5[]] for an input "
+        "of shape [[]5[]]; autograd sums it over the broadcast dimensions*"),
     ])
 
 
@@ -71,8 +71,8 @@ def test_grad_metadata_fails_a_gradient_shape_the_engine_cannot_repair(pytester,
     result = run(pytester, run_pytest, LINEAR_RETURNING.format(grad_input="grad @ weight", grad_bias="grad.T"))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*backward returns the gradient of `bias` with shape [[]5, 3[]], which cannot be summed to the input's "
-        "shape [[]5[]]",
+        ("*backward returns the gradient of `bias` with shape [[]5, 3[]], which cannot be summed to the input's "
+        "shape [[]5[]]"),
     ])
 
 
@@ -84,7 +84,8 @@ def test_grad_metadata_passes_correct_functions_and_plain_functions(pytester, ru
 
         @pytest.mark.autograd_op(op=LinearFunction)
         def test_linear():
-            return [(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)), (torch.randn(3, 4), torch.randn(5, 4), None)]
+            x, w, b = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+            return [(x, w, b), (x, w, None)]
 
         @pytest.mark.autograd_op(op=LinearFunctionSetupContext)
         def test_linear_setup_context():

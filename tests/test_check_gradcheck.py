@@ -96,6 +96,26 @@ def test_backward_right_only_for_positive_grad_outputs_fails_on_the_sign_mixed_c
     ], consecutive=True)
 
 
+def test_positive_grad_only_is_caught_when_the_sample_comes_from_the_seeded_rng(pytester, run_pytest):
+    # Regression: the check's cotangent used to replay the RNG stream the body
+    # drew x from, so it was negative exactly where the ReLU gradient is zero.
+    result = run_gradcheck(pytester, run_pytest, "ReLUPositiveGradOnly", "[(torch.randn(3, 4),)]")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["gradient of all outputs w.r.t. `x` does not match the numerical derivative"])
+
+
+def test_the_checks_random_stream_differs_from_the_bodys():
+    from pytest_autograd.case import Sample, build_case
+    from pytest_autograd.checks.base import CheckContext
+    from pytest_autograd.execution import random_cotangents
+
+    torch.manual_seed(1234)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    context = CheckContext("gradcheck", build_case({"op": torch.relu}, [Sample(x)]), "cpu", 1234)
+    [cotangent] = random_cotangents([x], context.generator)
+    assert not torch.allclose(cotangent, x)
+
+
 def test_correct_relu_passes(pytester, run_pytest):
     run_gradcheck(pytester, run_pytest, "MyReLU", "relu_samples()").assert_outcomes(passed=1)
 

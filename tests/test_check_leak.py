@@ -19,13 +19,14 @@ def test_leak_names_the_ctx_attribute_that_closes_a_reference_cycle(pytester, ru
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*ctx.output holds the op's output: output -> grad_fn (ctx) -> ctx.output -> output is a reference "
-        "cycle, so the outputs and the graph outlive their last reference",
+        ("*ctx.output holds the op's output: output -> grad_fn (ctx) -> ctx.output -> output is a reference "
+        "cycle, so the outputs and the graph outlive their last reference"),
         "*check leak, device cpu, dtype float32, sample 0",
         "*still alive: output, the autograd node ReLUSavesOutputOnCtxBackward (the ctx)",
         "*tensors kept alive: 48 bytes",
         "*gc.collect() frees them: only Python's cyclic garbage collector can",
-        "*hint: use ctx.save_for_backward(output) and ctx.saved_tensors instead of ctx.output = ...*",
+        ("*hint: save the output with ctx.save_for_backward(...) and read it from ctx.saved_tensors instead of "
+         "keeping it in ctx.output*"),
     ])
 
 
@@ -40,8 +41,8 @@ def test_leak_names_inputs_kept_alive_past_backward_as_ctx_attributes(pytester, 
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*ctx.input, ctx.weight, ctx.bias hold the op's inputs `input`, `weight`, `bias` as plain ctx "
-        "attributes: they stay alive after backward for as long as the output does",
+        ("*ctx.input, ctx.weight, ctx.bias hold the op's inputs `input`, `weight`, `bias` as plain ctx "
+        "attributes: they stay alive after backward for as long as the output does"),
         "*kept after backward: 148 bytes (tensor[[]3, 4[]]:float32, tensor[[]5, 4[]]:float32, tensor[[]5[]]:float32)",
         "*no reference cycle: they are freed once the output is dropped",
         "*hint: use ctx.save_for_backward(input, weight, bias) and ctx.saved_tensors*",
@@ -115,6 +116,6 @@ def test_leak_passes_ops_that_use_save_for_backward_and_warns_about_intermediate
     """)
     result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines([
-        "*HygieneWarning: MaskOnCtx: ctx.mask (tensor[[]3, 4[]]:bool, 12 bytes) stays alive after backward "
-        "until the output is dropped*",
+        ("*HygieneWarning: MaskOnCtx: ctx.mask (tensor[[]3, 4[]]:bool, 12 bytes) stays alive after backward "
+        "until the output is dropped*"),
     ])

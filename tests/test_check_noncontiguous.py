@@ -91,7 +91,8 @@ def test_noncontiguous_passes_ops_that_handle_every_layout(pytester, run_pytest)
 
         @pytest.mark.autograd_op(op=LinearFunction)
         def test_linear():
-            return [(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)), (torch.randn(2, 3, 4), torch.randn(5, 4), None)]
+            x, w, b = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+            return [(x, w, b), (torch.randn(2, 3, 4), w, None)]
 
         @pytest.mark.autograd_op(op=AddOneInPlace)
         def test_in_place_with_mark_dirty():

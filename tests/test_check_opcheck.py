@@ -1,10 +1,10 @@
 """opcheck: torch.library.opcheck on registered operators, failures named by opcheck test."""
 
-import torch  # noqa: F401  (imported before any in-process pytester run, see conftest)
-import torch.library  # noqa: F401
+import pytest
+import torch
 
-import pytest_autograd.checks.opcheck  # noqa: F401
-import reference_ops.transforms  # noqa: F401
+from pytest_autograd.imperative import run_checks
+from reference_ops.transforms import scaled_sin
 
 OPS = """
 import pytest
@@ -19,9 +19,16 @@ def test_op():
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def torch_machinery_imported():
+    """Run the check once before any in-process pytester run: pytester drops modules first
+    imported during a run, and parts of torch refuse to be imported twice."""
+    run_checks(scaled_sin, torch.randn(3), 2.0, checks="opcheck")
+
+
 def run(pytester, op):
     pytester.makepyfile(test_ops=OPS.format(op=op))
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=opcheck", "-rs")
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--autograd-checks=opcheck", "-rs")
 
 
 def test_a_custom_op_without_fake_impl_fails_the_fake_tensor_test(pytester):

@@ -29,7 +29,7 @@ VARIANCE = "[(1000 + torch.randn(4, 32),)]"  # mean far above the spread: mean(x
 
 def run(pytester, op, marker="", samples=LINEAR):
     pytester.makepyfile(test_ops=OPS.format(op=op, marker=marker, samples=samples))
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=precision", "-rs")
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--autograd-checks=precision", "-rs")
 
 
 def test_a_float32_path_through_bfloat16_fails_stating_both_errors(pytester):
@@ -95,6 +95,6 @@ def test_default_dtypes_are_float32_on_cpu_and_add_16_bit_ones_on_cuda():
 def test_on_cuda_a_correct_linear_passes_in_every_default_dtype(pytester):
     pytester.makepyfile(test_ops=OPS.format(op="LinearFunction", marker=", reference=torch.nn.functional.linear",
                                             samples=LINEAR))
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=precision",
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--autograd-checks=precision",
                                           "--autograd-devices=cuda")
     result.assert_outcomes(passed=1)

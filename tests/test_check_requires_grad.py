@@ -24,8 +24,8 @@ def test_requires_grad_names_the_subset_where_backward_drops_a_gradient(pytester
         "*argument: weight",
         "*worst element: grad weight[[]*[]]: expected *, got 0",
         "*requiring grad: weight; not requiring grad: input, bias",
-        "*hint: backward returned no gradient for `weight` although it requires grad; gate each gradient on "
-        "its own flag, ctx.needs_input_grad[[]i[]]*",
+        ("*hint: backward returned no gradient for `weight` although it requires grad; gate each gradient on "
+        "its own flag, ctx.needs_input_grad[[]i[]]*"),
     ])
 
 

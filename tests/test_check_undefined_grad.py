@@ -31,12 +31,12 @@ def test_undefined_grad_says_which_output_was_left_unused(pytester, run_pytest):
     result = run(pytester, run_pytest, SPLIT_WITHOUT_NONE_HANDLING)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*the op's backward raised TypeError when only output 0 is used (output 1 left unused, its gradient "
-        "undefined): unsupported operand type(s) for *: 'NoneType' and 'int'",
+        ("*the op's backward raised TypeError when only output 0 is used (output 1 left unused, its gradient "
+        "undefined): unsupported operand type(s) for *: 'NoneType' and 'int'"),
         "*check undefined_grad, device cpu, dtype float32, sample 0",
         "*output: output 1",
-        "*hint: with ctx.set_materialize_grads(False), backward receives None for every output whose gradient "
-        "is undefined*",
+        ("*hint: with ctx.set_materialize_grads(False), backward receives None for every output whose gradient "
+        "is undefined*"),
     ])
 
 
@@ -51,8 +51,8 @@ def test_undefined_grad_fails_a_single_output_op_that_cannot_take_none(pytester,
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*the op's backward raised TypeError when the gradient of output is undefined: "
-        "unsupported operand type(s) for *: 'NoneType' and 'float'",
+        ("*the op's backward raised TypeError when the gradient of output is undefined: "
+        "unsupported operand type(s) for *: 'NoneType' and 'float'"),
         "*at *reference_ops/buggy.py:* in backward",
     ])
 

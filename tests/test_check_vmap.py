@@ -1,10 +1,10 @@
 """vmap: torch.func.vmap over a Function (outputs, and vjp under vmap) equals the per-example loop."""
 
-import torch  # noqa: F401  (imported before any in-process pytester run, see conftest)
-import torch.func  # noqa: F401
+import pytest
+import torch
 
-import pytest_autograd.checks.vmap  # noqa: F401
-import reference_ops.transforms  # noqa: F401
+from pytest_autograd.imperative import run_checks
+from reference_ops.transforms import RowDot
 
 OPS = """
 import pytest
@@ -41,9 +41,16 @@ def test_op():
 ROW_DOT_SAMPLES = "[(torch.randn(3, 3), torch.randn(3)), (torch.randn(2, 3, 4), torch.randn(4))]"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def torch_machinery_imported():
+    """Run the check once before any in-process pytester run: pytester drops modules first
+    imported during a run, and parts of torch refuse to be imported twice."""
+    run_checks(RowDot, torch.randn(2, 3), torch.randn(3), checks="vmap")
+
+
 def run(pytester, op, samples=ROW_DOT_SAMPLES):
     pytester.makepyfile(test_ops=OPS.format(op=op, samples=samples))
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=vmap", "-rs")
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--autograd-checks=vmap", "-rs")
 
 
 def test_a_rule_that_assumes_the_batch_dim_is_first_fails_at_a_last_dim_batch(pytester):

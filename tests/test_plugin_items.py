@@ -2,8 +2,6 @@
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 LINEAR_TEST = """
 import pytest
 import torch
@@ -246,3 +244,18 @@ def test_duplicate_devices_are_collapsed(pytester, run_pytest):
     linear_test(pytester)
     assert collected_ids(run_pytest, "--autograd-checks=gradcheck", "--autograd-devices=cpu, cpu ,cuda") == [
         "test_linear[gradcheck-cpu]", "test_linear[gradcheck-cuda]"]
+
+
+def test_disjoint_check_selections_skip_with_a_reason(run_pytest, pytester):
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        @pytest.mark.autograd_op(op=torch.exp, checks=["gradcheck"])
+        def test_exp():
+            return (torch.randn(3),)
+        """
+    )
+    result = run_pytest("--autograd-checks=parity", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no check selected*leave none to run*"])

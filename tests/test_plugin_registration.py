@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+
 def test_plugin_is_registered_through_its_entry_point(pytester, run_pytest):
     config = pytester.parseconfig()
     assert config.pluginmanager.hasplugin("autograd")

@@ -3,7 +3,6 @@
 import pytest
 
 HEADER = """
-import numpy as np
 import pytest
 import torch
 from reference_ops import LinearFunction, MyReLU
@@ -12,8 +11,9 @@ from reference_ops import LinearFunction, MyReLU
 
 def assert_no_traceback(result):
     text = result.stdout.str() + result.stderr.str()
-    assert "Traceback" not in text
-    assert "/torch/" not in text
+    for sign_of_a_traceback in ("Traceback", "During handling", "site-packages", "pytest_autograd/", " in <module>",
+                                "raise "):
+        assert sign_of_a_traceback not in text, f"{sign_of_a_traceback!r} in the output:\n{text}"
 
 
 # --- command line and ini: usage errors, exit code 4 ----------------------------------------------
@@ -213,10 +213,12 @@ def test_returns_a_tuple_without_tensors():
 
 @pytest.mark.autograd_op(op=MyReLU)
 def test_returns_numpy_arrays():
+    import numpy as np
     return [(np.ones(3),)]
 
 @pytest.mark.autograd_op(op=MyReLU)
 def test_returns_a_bare_numpy_array():
+    import numpy as np
     return np.ones(3)
 
 @pytest.mark.autograd_op(op=MyReLU)

@@ -48,6 +48,10 @@ FENCE = re.compile(r"^(?P<fence>```+)(?P<lang>[\w+-]*)(?P<info>.*)$")
 MARKER = re.compile(r"^<!--\s*(?P<text>.*?)\s*-->$")
 TITLE = re.compile(r'title="(?P<name>[^"]+)"')
 SOURCE_LANGS = {"cpp", "c++", "cuda", "c", "h"}
+# Added to every tutorial command. An in-process run forgets the modules first
+# imported during it, and hypothesis's plugin imports hypothesis (seconds) in
+# each run's terminal summary; neither plugin is part of the tutorial.
+QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 
 
 @dataclass
@@ -293,7 +297,7 @@ class PageRun:
                 continue
             arguments = pytest_arguments(block, command)
             self.commands.append(arguments)
-            result = self.pytester.runpytest_inprocess(*arguments, "-p", "no:cacheprovider")
+            result = self.pytester.runpytest_inprocess(*arguments, *QUIET_PLUGINS)
             lines += result.outlines
         self.output = lines
 
@@ -363,16 +367,13 @@ def test_output_excerpts_match_numbers_seeds_timings_and_rules_loosely():
     assert match_output(shown, REAL) is None
 
 
-@pytest.mark.parametrize("stale", [
-    "got 2.5 (analytical)",  # a number that changed
-    "d weight[2, 1]",  # an index that changed
-    "w.r.t. `input`",  # a word that changed
+@pytest.mark.parametrize("line, real_text, stale_text", [
+    (2, "got 2.36568", "got 2.5"),  # a number that changed
+    (2, "d weight[1, 2]", "d weight[2, 1]"),  # an index that changed
+    (1, "w.r.t. `weight`", "w.r.t. `input`"),  # a word that changed
 ])
-def test_output_excerpts_with_a_changed_value_do_not_match(stale):
-    line = REAL[2] if "weight[" in stale or "got" in stale else REAL[1]
-    original = {"got 2.5 (analytical)": "got 2.36568 (analytical)", "d weight[2, 1]": "d weight[1, 2]",
-                "w.r.t. `input`": "w.r.t. `weight`"}[stale]
-    shown = "\n".join(["...", line.replace(original, stale), "..."])
+def test_output_excerpts_with_a_changed_value_do_not_match(line, real_text, stale_text):
+    shown = "\n".join(["...", REAL[line].replace(real_text, stale_text), "..."])
     assert match_output(shown, REAL) is not None
 
 
@@ -381,3 +382,46 @@ def test_output_excerpts_must_follow_the_real_order_and_ends():
     assert match_output("\n".join([REAL[1], "..."]), REAL) is not None  # the real output starts elsewhere
     assert match_output("\n".join(["...", REAL[1]]), REAL) is not None  # and goes on
     assert match_output("\n".join(["...", REAL[1], "...", REAL[4]]), REAL) is None
+
+
+# ---------------------------------------------------------------------------
+# The page runner itself: what it refuses
+# ---------------------------------------------------------------------------
+
+
+def run_page(tmp_path, pytester, text):
+    page = ROOT / "docs" / "tutorial" / "_probe.md"  # never written: only its name is used
+    page_file = tmp_path / "probe.md"
+    page_file.write_text(text)
+    run = PageRun(page, pytester)
+    for block in parse_blocks(page_file):
+        block.page = page
+        run.run(block)
+    run.finish()
+
+
+def test_an_excerpt_that_differs_from_the_sources_is_refused(tmp_path, pytester):
+    text = '<!-- from: csrc/register.cpp -->\n```cpp\nTORCH_LIBRARY(autograd_ext, m) {\n  m.def("nothing");\n```\n'
+    with pytest.raises(AssertionError, match="not \\(or no longer\\) in csrc/register.cpp"):
+        run_page(tmp_path, pytester, text)
+
+
+def test_kernel_code_not_taken_from_the_sources_is_refused(tmp_path, pytester):
+    with pytest.raises(AssertionError, match="must come from the real sources"):
+        run_page(tmp_path, pytester, "```cpp\nint main() {}\n```\n")
+
+
+def test_a_block_that_is_neither_run_nor_checked_is_refused(tmp_path, pytester):
+    with pytest.raises(AssertionError, match="neither run nor checked"):
+        run_page(tmp_path, pytester, "```text\nsome output nobody checks\n```\n")
+
+
+def test_a_test_file_that_no_command_runs_is_refused(tmp_path, pytester):
+    with pytest.raises(pytest.fail.Exception, match="no pytest command of the page runs test_x.py"):
+        run_page(tmp_path, pytester, '```python title="test_x.py"\ndef test_x():\n    pass\n```\n')
+
+
+def test_python_output_is_compared_with_what_the_block_printed(tmp_path, pytester):
+    run_page(tmp_path, pytester, "```python\nprint(6 * 7)\n```\n\n<!-- output -->\n```text\n42\n```\n")
+    with pytest.raises(pytest.fail.Exception, match="shown output does not match"):
+        run_page(tmp_path, pytester, "```python\nprint(6 * 7)\n```\n\n<!-- output -->\n```text\n41\n```\n")

@@ -161,7 +161,8 @@ def parse_samples(value, count, where):
     except (TypeError, ValueError):
         indices = None
     if not indices or any(i < 0 or i >= count for i in indices):
-        raise BadSetting(f"{where}: bench_samples={value!r} must be a sample index below {count}, a list of them, or 'all'")
+        raise BadSetting(f"{where}: bench_samples={value!r} must be a sample index below {count}, "
+                         "a list of them, or 'all'")
     return list(dict.fromkeys(indices))
 
 

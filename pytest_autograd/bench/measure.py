@@ -8,14 +8,15 @@ leaves directly (no clone inside the timed region) unless it writes to its
 inputs in place, which the row then says.
 """
 
-import platform
 from dataclasses import dataclass, field
 
 import torch
 
 from pytest_autograd.bench import roofline
 from pytest_autograd.bench.config import DIRECTIONS
+from pytest_autograd.bench.measure_info import cpu_count, cpu_name
 from pytest_autograd.bench.timers import measure
+from pytest_autograd.case import UsageProblem
 from pytest_autograd.execution import OpRaised, flatten_outputs, prepare
 
 FORWARD, BACKWARD, BOTH = DIRECTIONS
@@ -98,16 +99,29 @@ def bench_point(case, sample, device, dtype, config, directions, generator):
     if case.reference is not None:
         impls.append(("reference", _name(case.reference), case.reference))
     cotangent_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-    runners = {impl: _Runner(call, prepare(case, sample, device, dtype=dtype), cotangent_seed)
-               for impl, _, call in impls}
+    runners = {}
+    for impl, name, call in impls:
+        try:
+            runners[impl] = _Runner(call, prepare(case, sample, device, dtype=dtype), cotangent_seed)
+        except OpRaised as raised:
+            if impl == "op":
+                raise
+            raise UsageProblem(f"reference={name} raised {type(raised.error).__name__} on the op's arguments: "
+                               f"{raised.error}. The reference must take the same arguments as the op.") from None
     timings = {impl: runners[impl].time(impl, name, directions, config) for impl, name, _ in impls}
-    # FLOPs from the reference when there is one (its ops are plain torch, so countable).
-    flops = runners["reference"].count_flops() if "reference" in runners else None
-    if not flops or not any(flops.values()):
-        flops = runners["op"].count_flops()
+    override = case.option("flops")
+    if isinstance(override, dict) and {FORWARD, BACKWARD} <= set(override):
+        flops = {}  # fully given: no need to count (counting first imports torch._dynamo, ~1 s)
+    else:
+        # FLOPs from the reference when there is one (its ops are plain torch, so countable).
+        flops = runners["reference"].count_flops() if "reference" in runners else None
+        if not flops or not any(flops.values()):
+            flops = runners["op"].count_flops()
+    # Callables see the arguments as timed: on the device, in the benchmarked dtype.
+    args, kwargs = runners["op"].prepared.args, runners["op"].prepared.kwargs
     for timing in timings.values():
-        timing.flops = roofline.resolve(case.option("flops"), flops, sample.args, sample.kwargs, "flops")
-        timing.bytes = roofline.resolve(case.option("bytes"), timing.bytes, sample.args, sample.kwargs, "bytes")
+        timing.flops = roofline.resolve(override, flops, args, kwargs, "flops")
+        timing.bytes = roofline.resolve(case.option("bytes"), timing.bytes, args, kwargs, "bytes")
     return BenchResult(timings["op"], timings.get("reference"), device=str(device), dtype=_dtype_label(sample, dtype))
 
 
@@ -173,13 +187,14 @@ class _Runner:
         measurements = {}
         device = self.leaves[0].device if self.leaves else _device_of(self.prepared)
         if FORWARD in directions:
-            measurements[FORWARD] = measure(self.forward, device, config)
+            measurements[FORWARD] = _guarded("forward", measure, self.forward, device, config)
         if self.has_backward and BACKWARD in directions:
             measurements[BACKWARD] = self._time_backward(device, config)
         elif BACKWARD in directions or BOTH in directions:
             self.notes.append("no backward: no output requires grad")
         if self.has_backward and BOTH in directions:
-            measurements[BOTH] = measure(lambda: self._grad(flatten_outputs(self.forward()), False), device, config)
+            measurements[BOTH] = _guarded("backward", measure,
+                                          lambda: self._grad(flatten_outputs(self.forward()), False), device, config)
         return Timing(impl, name, measurements, {}, self.bytes, list(self.notes))
 
     def _time_backward(self, device, config):
@@ -192,8 +207,19 @@ class _Runner:
             if "backward through the graph a second time" not in str(error) and "retain" not in str(error):
                 raise OpRaised("backward", error) from error
             self.notes.append("backward timed after a fresh forward per call (its graph cannot be replayed)")
-            return measure(lambda outs: self._grad(outs, False), device, config, setup=self._forward)
-        return measure(replay, device, config)
+            return _guarded("backward", measure, lambda outs: self._grad(outs, False), device, config,
+                            setup=self._forward)
+        return _guarded("backward", measure, replay, device, config)
+
+
+def _guarded(phase, fn, *args, **kwargs):
+    """Run a timing; an exception from the op in the middle of it is reported as the op's."""
+    try:
+        return fn(*args, **kwargs)
+    except (OpRaised, UsageProblem):
+        raise
+    except Exception as error:
+        raise OpRaised(phase, error) from error
 
 
 def _device_of(prepared):
@@ -237,7 +263,7 @@ def machine_info(device=None):
     """What a reader needs to judge the numbers: CPU, cores, threads, torch, CUDA and GPU."""
     info = {
         "cpu": cpu_name(),
-        "cores": _cpu_count(),
+        "cores": cpu_count(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -246,23 +272,3 @@ def machine_info(device=None):
     if device is not None and str(device).startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
-
-
-def _cpu_count():
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

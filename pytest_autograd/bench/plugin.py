@@ -96,7 +96,7 @@ OPTIONS = [
                                      help=f"time spent measuring each timing at most "
                                           f"(default {bench_config.DEFAULT_BUDGET})")),
     ("--autograd-bench-noise", dict(default=None, metavar="FRACTION",
-                                    help=f"stop a timing once IQR/median is below this, e.g. 0.03 or 3% "
+                                    help=f"stop a timing once IQR/median is below this, e.g. 0.03 or 3%% "
                                          f"(default {bench_config.DEFAULT_NOISE:g})")),
     ("--autograd-bench-warmup", dict(default=None, metavar="SECONDS",
                                      help=f"untimed warm-up after the first call "
@@ -116,7 +116,7 @@ OPTIONS = [
                                            "(implies --autograd-bench)")),
     ("--autograd-bench-fail", dict(default=None, metavar="EXPR",
                                    help="fail a bench item that regressed against the compared baseline, "
-                                        "e.g. median:10% or min:0.001 (seconds)")),
+                                        "e.g. median:10%% or min:0.001 (seconds)")),
     ("--autograd-bench-plot", dict(default=None, metavar="DIR",
                                    help="write a PNG per swept op to DIR (needs matplotlib; "
                                         "implies --autograd-bench)")),
@@ -143,18 +143,19 @@ def _build_state(config):
     state.enabled = bool(_option(config, "autograd_bench") or state.only or json_path or plot_dir or save or compare)
     budget, noise = _option(config, "autograd_bench_budget"), _option(config, "autograd_bench_noise")
     warmup, cache = _option(config, "autograd_bench_warmup"), _option(config, "autograd_bench_cache")
-    timer = TimerConfig()
+    changes = {}
     if budget is not None:
-        timer = TimerConfig(**{**timer.__dict__, "budget": bench_config.parse_seconds(budget, "--autograd-bench-budget")})
+        changes["budget"] = bench_config.parse_seconds(budget, "--autograd-bench-budget")
     if noise is not None:
-        timer = TimerConfig(**{**timer.__dict__, "noise": bench_config.parse_fraction(noise, "--autograd-bench-noise")})
+        changes["noise"] = bench_config.parse_fraction(noise, "--autograd-bench-noise")
     if warmup is not None:
-        timer = TimerConfig(**{**timer.__dict__, "warmup": bench_config.parse_seconds(warmup, "--autograd-bench-warmup")})
+        changes["warmup"] = bench_config.parse_seconds(warmup, "--autograd-bench-warmup")
     if cache is not None:
-        timer = TimerConfig(**{**timer.__dict__, "cache": bench_config.parse_cache(cache, "--autograd-bench-cache")})
+        changes["cache"] = bench_config.parse_cache(cache, "--autograd-bench-cache")
     threads = _option(config, "autograd_bench_threads")
     if threads is not None:
-        timer = TimerConfig(**{**timer.__dict__, "threads": bench_config.parse_threads(threads, "--autograd-bench-threads")})
+        changes["threads"] = bench_config.parse_threads(threads, "--autograd-bench-threads")
+    timer = TimerConfig(**changes)
     state.timer = timer
     if json_path:
         state.json_path = invoked / json_path
@@ -166,7 +167,8 @@ def _build_state(config):
         state.compare = bench_config.parse_baseline_name(compare, "--autograd-bench-compare")
     if fail:
         if not compare:
-            raise BadSetting("--autograd-bench-fail needs a baseline to compare with: add --autograd-bench-compare=NAME")
+            raise BadSetting("--autograd-bench-fail needs a baseline to compare with: "
+                             "add --autograd-bench-compare=NAME")
         state.fail_rules = bench_config.parse_fail(fail)
     return state
 
@@ -184,21 +186,14 @@ def pytest_report_header(config):
     state = state_of(config)
     if not state or not state.enabled:
         return None
+    from pytest_autograd.bench.measure_info import cpu_name, cpu_count
+
     timer = state.timer
-    lines = [f"autograd bench: budget {timer.budget:g} s per timing, noise target {timer.noise:.1%}, "
-             f"warm-up {timer.warmup:g} s, CUDA L2 {timer.cache}"
-             + (f", {timer.threads} CPU thread(s)" if timer.threads else "")]
-    from pytest_autograd.bench.measure import machine_info
-    from pytest_autograd.bench.table import machine_line
-
-    lines.append("autograd bench " + machine_line(machine_info("cuda" if _has_cuda() else None)))
-    return lines
-
-
-def _has_cuda():
-    import torch
-
-    return torch.cuda.is_available()
+    threads = f", {timer.threads} CPU thread(s)" if timer.threads else ""
+    # No torch here: the controller of an xdist run never needs it. The bench section
+    # at the end names torch, CUDA, the GPU and the threads, as measured by the workers.
+    return [f"autograd bench: budget {timer.budget:g} s per timing, noise target {timer.noise:.1%}, "
+            f"warm-up {timer.warmup:g} s, CUDA L2 {timer.cache}{threads}; CPU {cpu_name()} ({cpu_count()} cores)"]
 
 
 def _is_bench_item(item):
@@ -266,7 +261,10 @@ class BenchSession:
             if name == PROPERTY:
                 data = json.loads(value)
                 self.state.rows.extend(data["rows"])
-                self.state.machine = self.state.machine or data.get("machine")
+                machine = self.state.machine = self.state.machine or {}
+                for key, value in (data.get("machine") or {}).items():
+                    if machine.get(key) is None:
+                        machine[key] = value  # e.g. the GPU's name, known once a CUDA item ran
 
     def pytest_sessionfinish(self, session):
         state = self.state

@@ -68,6 +68,8 @@ def make_rows(result, test, test_name, label=None, size=None, sample=0):
                 "warmup_calls": measurement.warmup_calls,
                 "first_call_s": measurement.first_call,
                 "threads": measurement.threads,
+                "load": measurement.load,
+                "busy": measurement.busy,
                 "flops": timing.flops.get(direction),
                 "bytes": timing.bytes.get(direction),
                 "tflops": tflops,
@@ -85,7 +87,8 @@ def make_rows(result, test, test_name, label=None, size=None, sample=0):
 # -- pytest-benchmark JSON -------------------------------------------------------------
 
 _EXTRA = ("op", "impl", "impl_name", "device", "dtype", "direction", "size", "sample", "timer", "cache", "stop",
-          "noise", "noise_target", "calls_per_round", "warmup_calls", "first_call_s", "threads", "flops", "bytes",
+          "noise", "noise_target", "calls_per_round", "warmup_calls", "first_call_s", "threads", "load", "busy",
+          "flops", "bytes",
           "tflops", "gbps", "intensity", "speedup", "notes", "warning", "baseline")
 
 
@@ -232,7 +235,8 @@ def compare(rows, baseline, rules, name):
 
 def regression_line(row, rule, old, new, old_noise, new_noise):
     where = ", ".join(str(p) for p in (row["device"], row.get("dtype"),
-                                        None if row.get("size") is None else f"size={row['size']}") if p)
+                                        None if row.get("size") is None else f"size={row['size']}",
+                                        f"sample {row['sample']}" if row.get("sample") else None) if p)
     ratio = new / old if old else float("inf")
     line = (f"{row['direction']} ({where}): {rule.field} old {fmt_time(old)} -> new {fmt_time(new)}, "
             f"ratio {ratio:.2f}x, limit {rule.describe()}; noise old {fmt_percent(old_noise)}, "

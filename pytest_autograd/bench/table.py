@@ -42,9 +42,11 @@ def render(rows, machine=None, compare_name=None):
     """Lines of the table plus the notes under it."""
     rows = sort_rows(rows)
     has_size = any(r.get("size") is not None for r in rows)
+    has_sample = any(r.get("sample") for r in rows)
     has_ref = any(r["impl"] == "reference" for r in rows)
     has_base = compare_name is not None
-    header = ["test", "impl", "dir", "device", "dtype"] + (["size"] if has_size else []) + \
+    header = ["test", "impl", "dir", "device", "dtype"] + (["sample"] if has_sample else []) + \
+        (["size"] if has_size else []) + \
         ["median", "IQR", "noise", "rounds", "TFLOP/s", "GB/s"] + (["speedup"] if has_ref else []) + \
         (["vs " + compare_name] if has_base else [])
     table, notes, warned = [header], [], []
@@ -54,6 +56,8 @@ def render(rows, machine=None, compare_name=None):
         noise = fmt_percent(row["noise"]) + ("!" if row.get("warning") else "")
         stats = row["stats"]
         cells = [test, impl, SHORT.get(row["direction"], row["direction"]), row["device"], row.get("dtype") or "-"]
+        if has_sample:
+            cells.append(str(row.get("sample") or 0))
         if has_size:
             cells.append("-" if row.get("size") is None else str(row["size"]))
         cells += [fmt_time(stats["median"]), fmt_time(stats["iqr"]), noise, str(stats["rounds"]),
@@ -83,6 +87,13 @@ def warnings(warned, total):
     """One line for all the rows marked ``!``, naming the worst, instead of one line each."""
     if not warned:
         return []
+    lines = []
+    busy = [row for row, _ in warned if row.get("busy")]
+    if busy:
+        worst = max(busy, key=lambda row: row["load"])
+        lines.append(f"! {len(busy)} of {total} CPU timing(s) ran with {worst['threads']} torch threads on a busy "
+                     f"machine (load up to {worst['load']:.1f}): parallel regions wait for descheduled threads, "
+                     "which shifts every round alike; use --autograd-bench-threads=1 or a quiet machine")
     noisy = [(row, label) for row, label in warned if row["noise"] > row["noise_target"]]
     few = [(row, label) for row, label in warned if row["stats"]["rounds"] < 5]
     parts = []
@@ -93,8 +104,10 @@ def warnings(warned, total):
                      f"(worst: {worst_label}, IQR {fmt_percent(worst_row['noise'])} of the median)")
     if few:
         parts.append(f"{len(few)} ran fewer than 5 rounds")
-    return ["! " + "; ".join(parts) + ": raise --autograd-bench-budget, set --autograd-bench-threads, "
-            "or quiet the machine"]
+    if parts:
+        lines.append("! " + "; ".join(parts) + ": raise --autograd-bench-budget, set --autograd-bench-threads, "
+                     "or quiet the machine")
+    return lines
 
 
 def legend(rows, has_ref, has_base):

@@ -12,11 +12,13 @@ the time budget is spent, and say which.
 
 import contextlib
 import gc
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
 
 from pytest_autograd.bench.config import TimerConfig
+from pytest_autograd.bench.measure_info import cpu_count
 from pytest_autograd.bench.stats import Stats, fmt_percent
 
 MAX_ROUNDS = 10_000
@@ -38,6 +40,8 @@ class Measurement:
     warmup_calls: int
     first_call: float  # seconds taken by the untimed first call
     threads: int = None
+    load: float = None  # 1-minute load average when a CPU timing ended
+    cores: int = None
     notes: list = field(default_factory=list)
 
     @property
@@ -60,8 +64,21 @@ class Measurement:
     def noisy(self):
         return self.noise > self.noise_target
 
+    @property
+    def busy(self):
+        """True when a multi-threaded CPU timing shared an oversubscribed machine.
+
+        Then every parallel region waits for its slowest, descheduled thread:
+        the whole distribution shifts, so the IQR cannot show it.
+        """
+        return (self.timer == "perf_counter" and (self.threads or 1) > 1 and self.load is not None
+                and self.cores is not None and self.load > self.cores)
+
     def warning(self):
         """A short warning when these numbers deserve less trust, else None."""
+        if self.busy:
+            return (f"busy machine (load {self.load:.1f} on {self.cores} cores) with {self.threads} torch threads: "
+                    "use --autograd-bench-threads=1 or a quiet machine")
         if self.rounds < 5:
             return f"only {self.rounds} rounds in the budget: raise --autograd-bench-budget"
         if self.noisy:
@@ -196,7 +213,14 @@ def _measure_wall(fn, setup, config, device, sync):
             gc.enable()
     timer = "perf_counter" if device.startswith("cpu") else "perf_counter+sync"
     return Measurement(Stats(times, block), device, timer, "warm", stop, config.noise, block, warmup_calls,
-                       first_call, threads=_threads())
+                       first_call, threads=_threads(), load=_load(), cores=cpu_count())
+
+
+def _load():
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _clock_overhead():

@@ -42,7 +42,7 @@ class CheckContext:
         self.case = case
         self.device = device
         self.seed = seed
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(check_stream_seed(seed))
         self.sample_index = None
         self.dtype = None
 
@@ -83,6 +83,18 @@ class CheckContext:
 
     def fail_mismatch(self, mismatch: Mismatch, summary, what, hint=None, **fields):
         self.fail(summary, worst=mismatch.worst(what), error=mismatch.error_line(), hint=hint, **fields)
+
+
+def check_stream_seed(seed):
+    """The seed of a check's own generator: derived from the item's seed, never equal to it.
+
+    The test body draws its samples from the global RNG seeded with the
+    item's seed; a generator seeded the same would replay that stream, so
+    the first random cotangent would equal the first sample tensor, which
+    hides bugs (``x.T @ x`` is symmetric, so a transposed weight gradient
+    passes; ReLU's cotangent is negative only where its gradient is zero).
+    """
+    return (seed * 0x9E3779B1 + 0x7F4A7C15) % (2**63 - 1)
 
 
 def _floating_dtype(sample):

@@ -90,15 +90,15 @@ class Bench(Check):
 
     @staticmethod
     def _points(case, item, where):
-        """(size, samples) pairs: the marker's sweep through the test body, or the samples as returned."""
+        """(size, samples) pairs, made one at a time (a large size's tensors only while it is timed)."""
         sweep = case.option("sweep")
         if sweep is None:
-            return [(None, case.samples)]
+            return iter([(None, case.samples)])
         sizes = bench_config.parse_sweep(sweep, where)
         if case.factory is None or item is None:
             raise BadSetting(f"{where}: sweep= needs the test body to rebuild samples; run it under pytest")
         argument = sweep_parameter(item, case.option("sweep_arg"))
-        return [(size, case.factory(**{argument: size})) for size in sizes]
+        return ((size, case.factory(**{argument: size})) for size in sizes)
 
 
 def _dtypes(value, where):

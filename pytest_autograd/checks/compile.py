@@ -130,6 +130,8 @@ def _essence(error):
 def _fail_raised(context, label, error, sample_breaks, fullgraph):
     essence = _essence(error)
     is_break = fullgraph and (sample_breaks or type(error).__name__ in ("Unsupported", "UserError"))
+    if sample_breaks:  # they name the user's line already
+        essence = [line for line in essence if not line.startswith("at ")]
     details = essence[1:] + [f"graph break: {b}" for b in sample_breaks]
     context.fail(f"{label} raised {type(error).__name__}: {essence[0]}",
                  details=details, hint=BREAK_HINT if is_break else None)

@@ -3,8 +3,8 @@
 Random samples of unit size never reach the range where a naive softmax's
 ``exp`` overflows or a norm's squares underflow. Every floating input is
 scaled to a few magnitudes per dtype: just past where ``exp`` overflows,
-``max ** 0.25`` (products of up to four inputs stay in range) and a value
-whose square underflows to zero. Wherever the reference in the same dtype
+``max ** 0.25 / 2`` (products of up to four inputs stay in range) and a
+value whose square underflows to zero. Wherever the reference in the same dtype
 (without one: the op in float64, if the value fits the dtype) is finite, the
 op's outputs and gradients must be finite too.
 """
@@ -29,7 +29,7 @@ def magnitudes(dtype):
     found = {
         "tiny: squares underflow to 0": 0.5 * math.sqrt(info.tiny * info.eps),
         "large: exp overflows": 2 * math.log(info.max),
-        "huge: max ** 0.25": info.max ** 0.25,
+        "huge: products of four inputs still fit": info.max ** 0.25 / 2,
     }
     return sorted(found.items(), key=lambda item: item[1])
 

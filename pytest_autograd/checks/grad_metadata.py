@@ -153,8 +153,8 @@ def _check_fingerprint(context, name, leaf, grad, who):
     if bool((values.to(torch.float32).to(torch.float64) == values).all()):
         context.fail(f"{who} a float64 gradient for `{name}` whose {values.numel()} non-zero values are all "
                      "exactly float32 numbers: backward computes in float32 and casts back", argument=name,
-                     details=["float64 arithmetic on a random float64 grad_output practically never lands on "
-                              "float32 values; float32 arithmetic always does"], hint=PRECISION_HINT)
+                     details=[("float64 arithmetic on a random float64 grad_output practically never lands on "
+                              "float32 values; float32 arithmetic always does")], hint=PRECISION_HINT)
 
 
 def _expandable(input_shape, grad_shape):

@@ -24,8 +24,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pytest_autograd.checks._hygiene import (HygieneWarning, backward, call_with, describe, fmt_bytes,
-                                             function_node, nbytes, shares_storage, tensor_arguments)
+from pytest_autograd.checks._hygiene import (
+    HygieneWarning,
+    backward,
+    call_with,
+    describe,
+    fmt_bytes,
+    function_node,
+    nbytes,
+    shares_storage,
+    tensor_arguments,
+)
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import output_label, random_cotangents
 
@@ -175,10 +184,11 @@ def _report_cycle(context, probe):
         summary = (f"ctx.{attribute.name} holds the op's {attribute.relation}: {attribute.relation} -> grad_fn "
                    f"(ctx) -> ctx.{attribute.name} -> {attribute.relation} is a reference cycle, so the "
                    "outputs and the graph outlive their last reference")
-        hint = (f"use ctx.save_for_backward({attribute.name}) and ctx.saved_tensors instead of "
-                f"ctx.{attribute.name} = ...: saved tensors hold the output without a cycle")
+        hint = (f"save the output with ctx.save_for_backward(...) and read it from ctx.saved_tensors instead of "
+                f"keeping it in ctx.{attribute.name}: saved tensors hold the output without a cycle")
     else:
-        summary = f"{survivors} outlive{'s' if len(probe.alive_after_drop) == 1 else ''} the last reference to the outputs"
+        verb = "outlives" if len(probe.alive_after_drop) == 1 else "outlive"
+        summary = f"{survivors} {verb} the last reference to the outputs"
         hint = ("a reference cycle through ctx or the graph, or a global that keeps outputs; " + SAVE_HINT)
     context.fail(summary, details=details, hint=hint, output=holders[0].relation if holders else None)
 
@@ -199,9 +209,14 @@ def _report_held(context, probe):
     details = [f"kept after backward: {fmt_bytes(size)} ({', '.join(a.description for a in holders) or quoted})",
                "no reference cycle: they are freed once the output is dropped"]
     context.fail(summary, argument=", ".join(names), details=details,
-                 hint=(f"use ctx.save_for_backward({', '.join(a.name for a in holders)}) and ctx.saved_tensors: "
+                 hint=(f"use ctx.save_for_backward({', '.join(_input_name(a) for a in holders)}) and "
+                       "ctx.saved_tensors: "
                        "backward then frees them when it ends, and autograd detects in-place changes to them")
                  if holders else SAVE_HINT)
+
+
+def _input_name(attribute):
+    return attribute.relation.split("`")[1]
 
 
 def _warn_intermediates(context, probe):

@@ -42,9 +42,9 @@ class Mutation(Check):
             for k, (cotangent, snapshot) in enumerate(zip(cotangents, cotangent_snapshots)):
                 if cotangent is None:
                     continue
+                hint = GRAD_OUTPUT_HINT.format(name=grad_names[k])
                 _fail_if_changed(context, snapshot, cotangent, grad_names[k], "backward", "its incoming gradient",
-                                 GRAD_OUTPUT_HINT.format(
-                    name=grad_names[k]), output=output_label(k, len(call.outputs)))
+                                 hint, output=output_label(k, len(call.outputs)))
             for (slot, name, tensor), snapshot in zip(arguments, after_forward):
                 _fail_if_changed(context, snapshot, tensor, name, "backward", "the op's input",
                                  f"backward must not write to the op's inputs: compute a new tensor from `{name}` "
@@ -72,7 +72,8 @@ def _fail_if_changed(context, snapshot, tensor, name, phase, what, hint, **field
                    f"{list(now.shape)}")
         worst = None
     elif changed:
-        summary = f"{phase} modified {what} `{name}` in place{undeclared}: {changed} of {values.numel()} elements changed"
+        summary = (f"{phase} modified {what} `{name}` in place{undeclared}: "
+                   f"{changed} of {values.numel()} elements changed")
         differ = (values != now) & ~(values.isnan() & now.isnan()) if values.is_floating_point() else values != now
         position = tuple(int(i) for i in differ.nonzero()[0]) if values.dim() else ()
         worst = f"{name}{fmt_index(position)}: before {fmt(values[position].item())}, after {fmt(now[position].item())}"

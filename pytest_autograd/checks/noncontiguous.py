@@ -65,7 +65,7 @@ def channels_last(tensor):
 
 
 def expanded_source(tensor):
-    """(small leading-dim-1 copy, expand function), or None when stride 0 is not possible."""
+    """(a copy of the leading row, the full shape): expanding one to the other gives stride 0; None if impossible."""
     if tensor.dim() < 2 or tensor.shape[0] < 2 or tensor.numel() < 2:
         return None
     return tensor.detach()[:1].clone(), tensor.shape
@@ -104,8 +104,6 @@ class NonContiguous(Check):
             written = _written_slots(context, prepared)
             for layout in LAYOUTS:
                 plan = _plan(context, prepared, layout, written)
-                if plan is None:
-                    continue
                 if _check_plan(context, plan, layout):
                     ran = True
         if not ran:
@@ -220,7 +218,9 @@ def _check_plan(context, plan, layout):
     try:
         outputs = _forward(context, plan, set())
     except OpRaised:
-        return False  # the contiguous run of these (expanded) values is outside the op's domain
+        if layout.name == "expanded":
+            return False  # the equal values along the expanded dim are outside the op's domain
+        raise
     cotangents, cotangent_laid = _plain_cotangents(plan, outputs, context.generator)
     if not plan.laid and not cotangent_laid:
         return False
@@ -232,7 +232,7 @@ def _check_plan(context, plan, layout):
                 if _difference(context, plan, expected, {slot}, cotangents) is not None]
     if cotangent_laid and _difference(context, plan, expected, set(), cotangents, True) is not None:
         culprits.append("grad_output")
-    _report(context, plan, layout, problem, culprits)
+    _report(context, layout, problem, culprits or _everything(plan, cotangent_laid), not culprits)
 
 
 def _difference(context, plan, expected, laid_slots, cotangents, laid_cotangent=False):
@@ -258,11 +258,14 @@ def _compare(context, want, have):
     return compare_tensors(want.detach(), have.detach(), atol, rtol)
 
 
-def _report(context, plan, layout, problem, culprits):
-    who = culprits or [f"`{name}`" for name, _, _ in plan.laid.values()] + ["grad_output"]
+def _everything(plan, cotangent_laid):
+    return [f"`{name}`" for name, _, _ in plan.laid.values()] + (["grad_output"] if cotangent_laid else [])
+
+
+def _report(context, layout, problem, who, together):
     situation = f"when {' and '.join(who)} {'is' if len(who) == 1 else 'are'} {layout.name}"
     details = [f"layout: {layout.description}"]
-    if not culprits:
+    if together:
         details.append("no single argument reproduces it alone: it needs several laid out together")
     if isinstance(problem, OpRaised):
         where = problem.where()

@@ -39,7 +39,10 @@ class Reference(Check):
                             f"reference={_name(case.reference)} cannot be called with sample {index}'s arguments: "
                             f"{raised.error}. The reference must take the same arguments as the op."
                         ) from None
-                    raise
+                    where = raised.where()
+                    context.fail(f"reference={_name(case.reference)} raised {type(raised.error).__name__}: "
+                                 f"{raised.error}", details=[f"at {where}"] if where else [],
+                                 hint="the reference must run on every sample the op runs on")
                 compare_runs(context, (ref_side, ref_outputs), (op_side, op_outputs),
                              expected_label="the reference", got_label="the op", dtype_label=dtype)
             context.dtype = None

@@ -18,7 +18,7 @@ handle that too.
 import pytest
 import torch
 
-from pytest_autograd.checks._hygiene import backward, differentiable_indices, quoted
+from pytest_autograd.checks._hygiene import backward, differentiable_indices
 from pytest_autograd.checks.base import Check
 from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.execution import OpRaised, output_label, random_cotangents
@@ -70,7 +70,7 @@ class UndefinedGrad(Check):
         unused = [output_label(k, count) for k in used if k not in kept]
         situation = (f"when only {', '.join(output_label(k, count) for k in kept)} "
                      f"{'is' if len(kept) == 1 else 'are'} used ({', '.join(unused)} left unused, "
-                     "its gradient undefined)")
+                     f"{'its gradient' if len(unused) == 1 else 'their gradients'} undefined)")
         expected_outputs = context.run_op(prepared)
         zeros = [c if k in kept or c is None else torch.zeros_like(c) for k, c in enumerate(cotangents)]
         expected = backward(expected_outputs, prepared.leaves, zeros)
@@ -115,5 +115,4 @@ def _fail_raised(context, raised, situation, **fields):
                  details=details, hint=NONE_HINT, **fields)
 
 
-__all__ = ["check", "quoted"]
 check = UndefinedGrad()

@@ -1,0 +1,269 @@
+"""parity: every non-CPU device agrees with CPU, forward and gradients, integers exactly.
+
+How this is proven on a machine without a GPU:
+
+* ``compare_runs``, where parity's verdict is made, is called directly on
+  two runs that differ (a correct op and its planted-bug twin), labelled
+  ``cpu`` and ``cuda`` as parity labels them.
+* End to end, a test-only *fake device* stands in for CUDA (``FAKE_CUDA``
+  below, a conftest for the generated tests): ``cuda`` is declared
+  available, and the sample's tensors for the ``cuda`` run are CPU tensors
+  of a marker subclass, ``FakeCudaTensor``. A test op checks
+  ``isinstance(x, FakeCudaTensor)`` to behave like a kernel with a
+  device-only bug. Everything else (item generation, the parity check, the
+  comparison, the report, the rerun command) is the real code path.
+* On a machine with CUDA the last test runs the same on the real device.
+"""
+
+import pytest
+import torch
+
+FAKE_CUDA = """
+import pytest
+import torch
+
+from pytest_autograd import runner
+from pytest_autograd.checks import base
+from pytest_autograd.execution import Prepared
+
+
+class FakeCudaTensor(torch.Tensor):
+    \"\"\"A CPU tensor playing a tensor on the 'cuda' device (test-only).\"\"\"
+
+
+def on_fake_cuda(value):
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.detach().as_subclass(FakeCudaTensor).requires_grad_(value.requires_grad)
+
+
+@pytest.fixture(autouse=True)
+def fake_cuda(monkeypatch):
+    real_prepare, real_problem = base.prepare, runner.device_problem
+
+    def prepare(case, sample, device, **kwargs):
+        if str(device) != "cuda":
+            return real_prepare(case, sample, device, **kwargs)
+        on_cpu = real_prepare(case, sample, "cpu", **kwargs)
+        args = [on_fake_cuda(value) for value in on_cpu.args]
+        kwargs = {key: on_fake_cuda(value) for key, value in on_cpu.kwargs.items()}
+        leaves = []
+        for slot in on_cpu.slots:
+            leaves.append(args[slot] if isinstance(slot, int) else kwargs[slot])
+        return Prepared(args, kwargs, on_cpu.slots, leaves, on_cpu.names)
+
+    monkeypatch.setattr(base, "prepare", prepare)
+    monkeypatch.setattr(runner, "device_problem", lambda device: None if device == "cuda" else real_problem(device))
+"""
+
+OPS = """
+import pytest
+import torch
+from conftest import FakeCudaTensor
+from reference_ops import LinearFunction, SortWithIndices, sort_samples
+
+def on_device(x):
+    return isinstance(x, FakeCudaTensor) or x.is_cuda
+
+class LinearGradInputWrongOnDevice(torch.autograd.Function):
+    \"\"\"Right on CPU; on the device the input gradient misses the last output feature.\"\"\"
+
+    @staticmethod
+    def forward(ctx, input, weight, bias):
+        ctx.save_for_backward(input, weight)
+        return input @ weight.T + bias
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, weight = ctx.saved_tensors
+        if on_device(input):
+            grad_input = grad[:, :-1] @ weight[:-1]
+        else:
+            grad_input = grad @ weight
+        return grad_input, grad.T @ input, grad.sum(0)
+
+def linear_with_device_offset(input, weight, bias):
+    out = LinearFunction.apply(input, weight, bias)
+    return out + 1e-3 if on_device(input) else out
+
+def sort_with_shifted_indices_on_device(x):
+    values, indices = SortWithIndices.apply(x)
+    return values, (indices + 1) % x.shape[-1] if on_device(x) else indices
+
+def linear_samples():
+    return [(torch.randn(4, 3), torch.randn(5, 3), torch.randn(5))]
+
+@pytest.mark.autograd_op(op=LinearFunction)
+def test_correct_linear():
+    return linear_samples()
+
+@pytest.mark.autograd_op(op=SortWithIndices)
+def test_correct_sort():
+    return sort_samples()
+
+@pytest.mark.autograd_op(op=LinearGradInputWrongOnDevice)
+def test_gradient_bug():
+    return linear_samples()
+
+@pytest.mark.autograd_op(op=linear_with_device_offset)
+def test_forward_bug():
+    return linear_samples()
+
+@pytest.mark.autograd_op(op=sort_with_shifted_indices_on_device)
+def test_integer_bug():
+    return sort_samples()
+"""
+
+
+def run_parity(pytester, run_pytest, *args):
+    pytester.makeconftest(FAKE_CUDA)
+    pytester.makepyfile(test_ops=OPS)
+    return run_pytest("--autograd-checks=parity", "--autograd-devices=cpu,cuda", "-rs", *args)
+
+
+def test_correct_ops_pass_on_the_fake_device(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "correct", "-v")
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines_random([
+        "*test_correct_linear[[]parity-cuda[]] PASSED*",
+        "*test_correct_sort[[]parity-cuda[]] PASSED*",
+        "SKIPPED [[]2[]] * parity compares a non-CPU device against CPU: add one, e.g. --autograd-devices=cpu,cuda",
+    ])
+
+
+def test_a_device_only_gradient_bug_fails_naming_argument_and_device(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "gradient_bug", "--autograd-seed=2")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `input` from cuda differs from cpu",
+        "  check parity, device cuda, dtype float32, sample 0",
+        "  argument: input",
+        "  worst element: grad input[[]*]: expected *, got *",
+        "  max abs error *, max rel error * (atol *, rtol 0.0001); * of 12 elements differ",
+        "  seed: *",
+        '  rerun: pytest "test_ops.py::test_gradient_bug[[]parity-cuda[]]" --autograd-seed=2 --autograd-devices=cuda',
+    ], consecutive=True)
+
+
+def test_a_device_only_forward_bug_fails_naming_the_output(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "forward_bug")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "output of cuda differs from cpu",
+        "  check parity, device cuda, dtype float32, sample 0",
+        "  output: output",
+        "  worst element: output[[]*]: expected *, got *",
+        "  max abs error 0.001*, max rel error * (atol *, rtol 0.0001); 20 of 20 elements differ",
+    ], consecutive=True)
+
+
+def test_integer_outputs_must_match_exactly(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "integer_bug")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "output 1 of cuda differs from cpu",
+        "  check parity, device cuda, dtype float32, sample 0",
+        "  output: output 1",
+        "  worst element: output 1[[]*]: expected *, got *",
+        "  compared exactly (integer/bool values); 15 of 15 elements differ",
+    ], consecutive=True)
+
+
+def test_the_rerun_command_selects_the_fake_device_item(pytester, run_pytest):
+    first = run_parity(pytester, run_pytest, "-k", "gradient_bug")
+    first.assert_outcomes(failed=1, skipped=1)
+    again = run_pytest("test_ops.py::test_gradient_bug[parity-cuda]", "--autograd-seed=0", "--autograd-devices=cuda")
+    again.assert_outcomes(failed=1)
+
+
+# --- compare_runs, where parity decides, on two different runs ---------------------------------------
+
+
+def parity_context(op, sample):
+    from pytest_autograd.case import build_case
+    from pytest_autograd.checks.base import CheckContext
+
+    case = build_case({"op": op}, [sample])
+    return CheckContext("parity", case, "cuda", seed=0)
+
+
+def verdict(op_on_cpu, op_on_device, *args):
+    """compare_runs on two runs, as parity calls it; returns the failure report or None."""
+    from pytest_autograd import Sample
+    from pytest_autograd.checks._pairs import compare_runs
+    from pytest_autograd.report import CheckFailure
+
+    sample = Sample(*args)
+    context = parity_context(op_on_cpu, sample)
+    cpu = context.prepare(sample, device="cpu")
+    device = context.prepare(sample, device="cpu")
+    try:
+        for _ in context.samples():
+            compare_runs(context, (cpu, context.run_op(cpu)), (device, context.run_op(device, fn=op_on_device)),
+                         expected_label="cpu", got_label="cuda", dtype_label=None)
+    except CheckFailure as failure:
+        return failure.report
+    return None
+
+
+def linear_args():
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(4, 3, generator=generator), torch.randn(5, 3, generator=generator), torch.randn(5)
+
+
+def test_compare_runs_passes_identical_runs():
+    from reference_ops import LinearFunction
+
+    assert verdict(LinearFunction, LinearFunction.apply, *linear_args()) is None
+
+
+def test_compare_runs_fails_on_a_gradient_difference():
+    from reference_ops import LinearFunction
+    from reference_ops.buggy import LinearWeightGradTransposed
+
+    report = verdict(LinearFunction, LinearWeightGradTransposed.apply, *linear_args())
+    assert report.summary == "gradient w.r.t. `weight` from cuda differs from cpu"
+    assert (report.check, report.device, report.argument, report.sample) == ("parity", "cuda", "weight", 0)
+    assert report.worst.startswith("grad weight[")
+
+
+def test_compare_runs_fails_on_a_detached_output_with_a_hint():
+    from reference_ops import MyReLU
+
+    report = verdict(MyReLU, lambda x: MyReLU.apply(x).detach(), torch.tensor([1.0, -2.0]))
+    assert report.summary == "output of cuda does not require grad, but cpu's does"
+    assert report.hint == "forward returned a tensor detached from the graph"
+
+
+def test_compare_runs_fails_on_a_different_dtype_or_output_count():
+    from reference_ops import MyReLU
+
+    x = torch.tensor([1.0, -2.0])
+    report = verdict(MyReLU, lambda x: MyReLU.apply(x).double(), x)
+    assert report.summary == "output of cuda has dtype torch.float64, cpu gives torch.float32"
+    report = verdict(MyReLU, lambda x: (MyReLU.apply(x), x * 2), x)
+    assert report.summary == "cuda returned 2 tensor output(s), cpu returned 1"
+
+
+def test_compare_runs_hints_at_a_missing_gradient():
+    from reference_ops import ElementwiseMul
+
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
+    report = verdict(ElementwiseMul, lambda a, b: a.detach() * b, a, b)
+    assert report.summary == "gradient w.r.t. `a` from cuda differs from cpu"
+    assert report.hint == "the gradient is all zeros (backward returned None for this input?)"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_real_gpu_parity_passes_correct_ops_and_catches_device_only_bugs(pytester, run_pytest):
+    pytester.makeconftest("class FakeCudaTensor:\n    pass\n")  # the ops only look for x.is_cuda here
+    pytester.makepyfile(test_ops=OPS)
+    result = run_pytest("--autograd-checks=parity", "--autograd-devices=cpu,cuda", "-v")
+    result.assert_outcomes(passed=2, failed=3, skipped=5)
+    result.stdout.fnmatch_lines_random([
+        "*test_correct_linear[[]parity-cuda[]] PASSED*",
+        "*test_correct_sort[[]parity-cuda[]] PASSED*",
+        "gradient w.r.t. `input` from cuda differs from cpu",
+        "output of cuda differs from cpu",
+        "output 1 of cuda differs from cpu",
+    ])
