@@ -23,21 +23,21 @@ from torch import Tensor
 from torch.autograd import Function
 
 __all__ = [
-    "MulWithJvp",
+    "CubeValidatesInput",
+    "LinearHalfMatmul",
     "MulJvpReusesTangent",
+    "MulWithJvp",
+    "NaiveSoftmax",
+    "NaiveVariance",
     "RowDot",
     "RowDotVmapAssumesDimZero",
-    "CubeValidatesInput",
+    "StableSoftmax",
+    "naive_variance_reference",
     "scaled_row_sum",
     "scaled_row_sum_default_dtype_fake",
     "scaled_sin",
-    "scaled_sin_no_fake",
     "scaled_sin_mutates_input",
-    "LinearHalfMatmul",
-    "NaiveVariance",
-    "naive_variance_reference",
-    "NaiveSoftmax",
-    "StableSoftmax",
+    "scaled_sin_no_fake",
     "softmax_reference",
 ]
 

@@ -11,6 +11,7 @@ import importlib
 
 import pytest
 import torch
+from _pytest import pytester as pytester_module
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it, and sympy, on first use)
 
 import pytest_autograd.imperative  # noqa: F401
@@ -21,6 +22,24 @@ from pytest_autograd.builtin import builtin_check_names
 
 for _name in builtin_check_names():
     importlib.import_module(f"pytest_autograd.checks.{_name}")
+
+# Modules that hold process-wide registries must survive pytester's restore
+# of sys.modules: torch's compile stack registers kernel templates and
+# custom ops once per process ("duplicate template name" on re-import), and
+# a custom op defined in a pytester run is registered with torch for good.
+_PERSISTENT_PREFIXES = ("torch", "sympy", "triton", "functorch", "pytest_autograd", "reference_ops")
+_original_snapshot = getattr(pytester_module.Pytester, "_Pytester__take_sys_modules_snapshot", None)
+
+
+def _snapshot_keeping_registries(self):
+    snapshot = _original_snapshot(self)
+    keep_default = getattr(snapshot, "_SysModulesSnapshot__preserve", None) or (lambda name: False)
+    snapshot._SysModulesSnapshot__preserve = lambda name: keep_default(name) or name.startswith(_PERSISTENT_PREFIXES)
+    return snapshot
+
+
+if _original_snapshot is not None:  # a private pytester detail: without it, tests still run, only slower
+    pytester_module.Pytester._Pytester__take_sys_modules_snapshot = _snapshot_keeping_registries
 
 # Flags for in-process pytester runs: no cache files, no assertion rewriting
 # (with PYTHONDONTWRITEBYTECODE every rewritten module is compiled again on

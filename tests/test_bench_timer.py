@@ -38,11 +38,15 @@ def calibrated_iterations(seconds):
 
 
 def test_double_the_work_reads_about_twice_the_time():
-    n = calibrated_iterations(0.5e-3)
+    # Calls far shorter than a round: both ops are timed in rounds of about the same length, so
+    # interruptions hit both alike. Short measurements, interleaved in pairs: a slow spell of
+    # a shared (virtual) machine then lands on both sides of a pair rather than on one op.
+    n = calibrated_iterations(25e-6)
+    config = TimerConfig(budget=0.04, noise=0.02, warmup=0.005)
     ratios, noises = [], []
-    for _ in range(3):  # interleaved, so a change in machine load hits both sides alike
-        single = measure(lambda: spin(n), config=QUICK)
-        double = measure(lambda: spin(2 * n), config=QUICK)
+    for _ in range(7):
+        single = measure(lambda: spin(n), config=config)
+        double = measure(lambda: spin(2 * n), config=config)
         ratios.append(double.median / single.median)
         noises.append(single.noise + double.noise)
     ratio = statistics.median(ratios)
@@ -58,7 +62,7 @@ def test_repeated_runs_agree_within_their_reported_noise():
     centre = statistics.median(medians)
     spread = (max(medians) - min(medians)) / centre
     reported = max(run.noise for run in runs)
-    assert spread <= max(2 * reported, 0.10), (
+    assert spread <= max(2 * reported, 0.15), (
         f"medians {[fmt_time(m) for m in medians]} spread {spread:.1%}, reported noise {reported:.1%}")
 
 
@@ -208,17 +212,26 @@ def test_backward_alone_does_not_count_the_forward():
     assert result.reference is None and result.speedup() is None
 
 
-def test_multithreaded_cpu_timings_on_a_busy_machine_are_flagged():
+def test_cpu_timings_that_waited_for_a_core_are_flagged():
     from pytest_autograd.bench.timers import Measurement
 
-    def timing(threads, load):
+    def timing(threads, share):
         return Measurement(Stats([1e-3] * 10), "cpu", "perf_counter", "warm", "noise", 0.03, 1, 1, 0.0,
-                           threads=threads, load=load, cores=2)
+                           threads=threads, load=5.5, cores=2, cpu_share=share)
 
-    assert timing(threads=2, load=5.5).busy
-    assert "--autograd-bench-threads=1" in timing(threads=2, load=5.5).warning()
-    assert not timing(threads=1, load=5.5).busy  # one thread: preemption shows in the IQR instead
-    assert not timing(threads=2, load=0.5).busy and timing(threads=2, load=0.5).warning() is None
+    assert timing(threads=2, share=0.4).busy
+    assert "ran 40% of the time" in timing(threads=2, share=0.4).warning()
+    assert "--autograd-bench-threads=1" in timing(threads=2, share=0.4).warning()
+    assert "--autograd-bench-threads" not in timing(threads=1, share=0.4).warning()
+    assert not timing(threads=2, share=0.97).busy and timing(threads=2, share=0.97).warning() is None
+
+
+def test_the_cpu_share_of_a_busy_loop_is_near_one_and_of_a_sleep_near_zero():
+    import time
+
+    spinning = measure(lambda: spin(2000), config=TimerConfig(budget=0.05, warmup=0.005))
+    sleeping = measure(lambda: time.sleep(1e-3), config=TimerConfig(budget=0.05, warmup=0.005))
+    assert 0 < spinning.cpu_share <= 1 and sleeping.cpu_share < 0.5 and sleeping.busy
 
 
 def test_cuda_path_times_with_events_flushes_outside_them_and_syncs_once_per_batch(monkeypatch):

@@ -2,7 +2,7 @@
 
 Compilation is slow on small CPUs: most tests use the cheap aot_eager
 backend (dynamo and AOTAutograd, no code generation); the inductor test,
-which needs generated code to show the bug, is marked slow.
+which needs inductor's compiled kernels to show the bug, is marked slow.
 """
 
 import warnings

@@ -62,8 +62,8 @@ def test_a_backward_that_disagrees_with_a_correct_jvp_fails(pytester):
     result = run(pytester, "MulBackwardWrong")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*forward and backward mode disagree along a direction in `b`: <v, J u> from jvp differs "
-        "from <J^T v, u> from backward",
+        ("*forward and backward mode disagree along a direction in `b`: <v, J u> from jvp differs "
+         "from <J^T v, u> from backward"),
         "*jvp gives *, backward gives * (abs error * > tolerance *)",
         "*hint: jvp matches the numerical derivative, so backward is the wrong one*",
     ])

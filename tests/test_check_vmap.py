@@ -65,7 +65,7 @@ def test_a_rule_that_assumes_the_batch_dim_is_first_fails_at_a_last_dim_batch(py
     ])
 
 
-def test_correct_rules_pass_whether_written_or_generated(pytester):
+def test_correct_rules_pass_whether_written_by_hand_or_derived(pytester):
     run(pytester, "RowDot").assert_outcomes(passed=1)
     linear = "[(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)), (torch.randn(2, 3, 4), torch.randn(5, 4), None)]"
     run(pytester, "LinearFunctionSetupContext", linear).assert_outcomes(passed=1)

@@ -11,7 +11,13 @@ import torch
 
 from reference_ops import EXAMPLES
 from reference_ops.transforms import (
-    MulWithJvp, NaiveVariance, RowDot, StableSoftmax, naive_variance_reference, scaled_row_sum, scaled_sin,
+    MulWithJvp,
+    NaiveVariance,
+    RowDot,
+    StableSoftmax,
+    naive_variance_reference,
+    scaled_row_sum,
+    scaled_sin,
     softmax_reference,
 )
 

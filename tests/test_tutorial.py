@@ -39,7 +39,7 @@ import pytest
 import torch
 
 import reference_ops.buggy  # noqa: F401  (imported before in-process runs; see conftest.py)
-import reference_ops.extension as extension
+from reference_ops import extension
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "docs" / "tutorial.md", *sorted((ROOT / "docs" / "tutorial").glob("*.md"))]
@@ -70,7 +70,7 @@ class Block:
     def marker(self, name):
         """Text after ``name`` of the first marker starting with it, or None."""
         for text in self.markers:
-            if text == name or text.startswith(name + ":") or text.startswith(name + " "):
+            if text == name or text.startswith((name + ":", name + " ")):
                 return text[len(name):].lstrip(" :")
         return None
 
@@ -192,7 +192,7 @@ def match_output(shown_text, real_lines):
                 position = start + len(segment)
                 break
         else:
-            return f"these shown lines do not appear (in order) in the real output:\n" + "\n".join(segment)
+            return "these shown lines do not appear (in order) in the real output:\n" + "\n".join(segment)
     if segments and not open_end and position != len(real):
         return "the real output goes on after the shown lines (end the excerpt with a line `...`)"
     return None
@@ -249,7 +249,6 @@ class PageRun:
         self.output = None  # lines of the last block that ran
         self.files = []
         self.commands = []
-        self.outputs_matched = 0
 
     def run(self, block):
         include = block.marker("from")
@@ -286,7 +285,7 @@ class PageRun:
         code = compile("\n" * (block.line - 1) + block.body, str(block.page), "exec")
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            exec(code, self.namespace)
+            exec(code, self.namespace)  # noqa: S102 - running the tutorial's code is the point
         self.output = buffer.getvalue().splitlines()
 
     def run_commands(self, block):
@@ -310,7 +309,6 @@ class PageRun:
             real = "\n".join(self.output)
             pytest.fail(f"{block.where}: shown output does not match the real run: {problem}\n\n"
                         f"--- real output ---\n{real}", pytrace=False)
-        self.outputs_matched += 1
 
     def finish(self):
         named = {word for arguments in self.commands for word in arguments}
@@ -319,15 +317,10 @@ class PageRun:
                 pytest.fail(f"{block.where}: no pytest command of the page runs {name}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def extension_built():
-    """Whether the extension builds here (the first build takes a while; torch caches it)."""
-    return extension.extension_available()
-
-
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT / "docs")))
-def test_every_block_of_the_page_runs_and_shows_its_real_output(page, pytester, extension_built):
-    if "requires: extension" in page_markers(page) and not extension_built:
+def test_every_block_of_the_page_runs_and_shows_its_real_output(page, pytester):
+    # The first build of the extension takes a while; torch caches it, and the result is remembered.
+    if "requires: extension" in page_markers(page) and not extension.extension_available():
         pytest.skip("the C++ extension cannot be built here (see reference_ops/extension.py for what to install)")
     run = PageRun(page, pytester)
     torch.manual_seed(0)

@@ -69,6 +69,7 @@ def make_rows(result, test, test_name, label=None, size=None, sample=0):
                 "first_call_s": measurement.first_call,
                 "threads": measurement.threads,
                 "load": measurement.load,
+                "cpu_share": measurement.cpu_share,
                 "busy": measurement.busy,
                 "flops": timing.flops.get(direction),
                 "bytes": timing.bytes.get(direction),
@@ -87,9 +88,9 @@ def make_rows(result, test, test_name, label=None, size=None, sample=0):
 # -- pytest-benchmark JSON -------------------------------------------------------------
 
 _EXTRA = ("op", "impl", "impl_name", "device", "dtype", "direction", "size", "sample", "timer", "cache", "stop",
-          "noise", "noise_target", "calls_per_round", "warmup_calls", "first_call_s", "threads", "load", "busy",
-          "flops", "bytes",
-          "tflops", "gbps", "intensity", "speedup", "notes", "warning", "baseline")
+          "noise", "noise_target", "calls_per_round", "warmup_calls", "first_call_s", "threads", "load",
+          "cpu_share", "busy", "flops", "bytes", "tflops", "gbps", "intensity", "speedup", "notes", "warning",
+          "baseline")
 
 
 def benchmark_entry(row):

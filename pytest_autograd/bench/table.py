@@ -90,10 +90,13 @@ def warnings(warned, total):
     lines = []
     busy = [row for row, _ in warned if row.get("busy")]
     if busy:
-        worst = max(busy, key=lambda row: row["load"])
-        lines.append(f"! {len(busy)} of {total} CPU timing(s) ran with {worst['threads']} torch threads on a busy "
-                     f"machine (load up to {worst['load']:.1f}): parallel regions wait for descheduled threads, "
-                     "which shifts every round alike; use --autograd-bench-threads=1 or a quiet machine")
+        worst = min(busy, key=lambda row: row["cpu_share"])
+        load = max((row.get("load") or 0) for row in busy)
+        threads = max((row.get("threads") or 1) for row in busy)
+        advice = "use --autograd-bench-threads=1 or a quiet machine" if threads > 1 else "use a quiet machine"
+        lines.append(f"! {len(busy)} of {total} CPU timing(s) ran on a busy machine (the timing thread ran as little "
+                     f"as {worst['cpu_share']:.0%} of the time, load up to {load:.1f}): their medians include "
+                     f"waiting for a core, which the IQR need not show; {advice}")
     noisy = [(row, label) for row, label in warned if row["noise"] > row["noise_target"]]
     few = [(row, label) for row, label in warned if row["stats"]["rounds"] < 5]
     parts = []

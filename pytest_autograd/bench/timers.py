@@ -12,6 +12,7 @@ the time budget is spent, and say which.
 
 import contextlib
 import gc
+import math
 import os
 import statistics
 import time
@@ -42,6 +43,7 @@ class Measurement:
     threads: int = None
     load: float = None  # 1-minute load average when a CPU timing ended
     cores: int = None
+    cpu_share: float = None  # CPU: the timing thread's CPU time / wall time over the timed rounds
     notes: list = field(default_factory=list)
 
     @property
@@ -66,19 +68,21 @@ class Measurement:
 
     @property
     def busy(self):
-        """True when a multi-threaded CPU timing shared an oversubscribed machine.
+        """True when the timing thread spent a good part of the timed rounds off the CPU.
 
-        Then every parallel region waits for its slowest, descheduled thread:
-        the whole distribution shifts, so the IQR cannot show it.
+        That is time spent waiting for a core (a busy machine), or, with
+        several torch threads, waiting in parallel regions for descheduled
+        threads: it can shift every round alike, so the IQR cannot show it.
         """
-        return (self.timer == "perf_counter" and (self.threads or 1) > 1 and self.load is not None
-                and self.cores is not None and self.load > self.cores)
+        return self.cpu_share is not None and self.cpu_share < 0.85
 
     def warning(self):
         """A short warning when these numbers deserve less trust, else None."""
         if self.busy:
-            return (f"busy machine (load {self.load:.1f} on {self.cores} cores) with {self.threads} torch threads: "
-                    "use --autograd-bench-threads=1 or a quiet machine")
+            load = f", load {self.load:.1f} on {self.cores} cores" if self.load is not None else ""
+            advice = "use --autograd-bench-threads=1 or a quiet machine" if (self.threads or 1) > 1 \
+                else "use a quiet machine"
+            return f"busy machine: the timing thread ran {self.cpu_share:.0%} of the time{load}; {advice}"
         if self.rounds < 5:
             return f"only {self.rounds} rounds in the budget: raise --autograd-bench-budget"
         if self.noisy:
@@ -169,7 +173,7 @@ def _call_once(fn, setup):
 
 def _measure_wall(fn, setup, config, device, sync):
     """CPU (and other devices with a ``synchronize``): wall clock around blocks of calls."""
-    sync = sync or (lambda: None)
+    sync = sync or _no_sync
     started = _perf()
     _call_once(fn, setup)
     sync()
@@ -185,25 +189,30 @@ def _measure_wall(fn, setup, config, device, sync):
     block = 1 if setup is not None else _block_size(fn, estimate, config, sync)
     times, stopper = [], _Stopper(config)
     enabled = gc.isenabled()
+    on_cpu = wall = 0.0  # how much of the timed wall time this thread actually ran
     try:
         while True:
             if setup is not None:
                 state = setup()
                 sync()
                 gc.disable()
-                begin = _perf()
+                cpu_begin, begin = _thread_time(), _perf()
                 fn(state)
                 sync()
-                elapsed = _perf() - begin
+                end, cpu_end = _perf(), _thread_time()
+                elapsed = end - begin
             else:
                 gc.disable()
-                begin = _perf()
+                cpu_begin, begin = _thread_time(), _perf()
                 for _ in range(block):
                     fn()
                 sync()
-                elapsed = (_perf() - begin) / block
+                end, cpu_end = _perf(), _thread_time()
+                elapsed = (end - begin) / block
             if enabled:
                 gc.enable()  # collect garbage between rounds, never inside one
+            on_cpu += cpu_end - cpu_begin
+            wall += end - begin
             times.append(max(elapsed, 1e-12))
             stop = stopper(times)
             if stop:
@@ -213,7 +222,15 @@ def _measure_wall(fn, setup, config, device, sync):
             gc.enable()
     timer = "perf_counter" if device.startswith("cpu") else "perf_counter+sync"
     return Measurement(Stats(times, block), device, timer, "warm", stop, config.noise, block, warmup_calls,
-                       first_call, threads=_threads(), load=_load(), cores=cpu_count())
+                       first_call, threads=_threads(), load=_load(), cores=cpu_count(),
+                       cpu_share=min(1.0, on_cpu / wall) if wall > 0 and sync is _no_sync else None)
+
+
+def _no_sync():
+    pass
+
+
+_thread_time = getattr(time, "thread_time", time.process_time)
 
 
 def _load():
@@ -248,7 +265,9 @@ def _block_size(fn, estimate, config, sync):
         taken = _perf() - begin
         if taken >= target:
             break
-        block = max(block * 2, int(block * target / max(taken, 1e-9)))
+        # Grow towards the target rather than doubling past it: rounds of about the same
+        # length for every op keep a busy machine's interruptions proportional.
+        block = max(block + 1, math.ceil(block * 1.05 * target / max(taken, 1e-9)))
     return block
 
 

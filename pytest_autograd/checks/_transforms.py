@@ -89,11 +89,6 @@ def cast_sample(sample, dtype, magnitude=None):
     return sample.replace(args=[cast(a) for a in sample.args], kwargs={k: cast(v) for k, v in sample.kwargs.items()})
 
 
-def has_floating_input(case):
-    return any(isinstance(v, torch.Tensor) and v.is_floating_point()
-               for sample in case.samples for v in list(sample.args) + list(sample.kwargs.values()))
-
-
 @dataclass
 class Run:
     """Outputs and input gradients of one function on one prepared sample."""
@@ -103,7 +98,7 @@ class Run:
     names: list  # argument name per gradient
 
 
-def forward_and_backward(context, sample, dtype, cotangents64=None, fn=None, need_grads=True):
+def forward_and_backward(context, sample, dtype, cotangents64=None, fn=None):
     """Run ``fn`` (default: the op) on ``sample`` cast to ``dtype``; vjp along ``cotangents64``.
 
     ``cotangents64`` (float64, one per output, None for non-floating ones) are
@@ -122,23 +117,35 @@ def forward_and_backward(context, sample, dtype, cotangents64=None, fn=None, nee
             else:
                 cotangents64.append(None)
     grads = []
-    if need_grads and prepared.leaves and any(o.requires_grad for o in outputs):
+    if prepared.leaves and any(o.requires_grad for o in outputs):
         cotangents = [None if c is None or not o.is_floating_point() else c.to(device=o.device, dtype=o.dtype)
                       for o, c in zip(outputs, cotangents64)]
         grads = [g.detach() for g in grads_of(outputs, prepared.leaves, cotangents)]
     return Run([o.detach() for o in outputs], grads, list(prepared.names)), cotangents64
 
 
+@dataclass
+class Pair:
+    """One output or gradient of two runs: ``label`` names it in worst-element lines,
+    ``what`` in summaries, ``fields`` in the report (output= or argument=)."""
+
+    label: str
+    what: str
+    fields: dict
+    expected: torch.Tensor
+    got: torch.Tensor
+
+
 def paired_tensors(truth, got):
-    """(label, kind, expected, got) for each floating output and each gradient."""
+    """A Pair for each floating output and each input gradient of two runs."""
     pairs = []
     count = len(truth.outputs)
     for k, (e, g) in enumerate(zip(truth.outputs, got.outputs)):
         if e.is_floating_point() and g.is_floating_point() and e.shape == g.shape:
             label = output_label(k, count)
-            pairs.append((label, "output", e, g))
+            pairs.append(Pair(label, label, {"output": label}, e, g))
     for name, e, g in zip(truth.names, truth.grads, got.grads):
-        pairs.append((f"grad {name}", "argument", e, g))
+        pairs.append(Pair(f"grad {name}", f"gradient w.r.t. `{name}`", {"argument": name}, e, g))
     return pairs
 
 

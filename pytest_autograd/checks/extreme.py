@@ -15,10 +15,15 @@ import pytest
 import torch
 
 from pytest_autograd.checks._transforms import (
-    check_dtypes, cast_sample, dtype_label, forward_and_backward, has_floating_input, paired_tensors,
+    cast_sample,
+    check_dtypes,
+    dtype_label,
+    forward_and_backward,
+    paired_tensors,
     unsupported_dtype,
 )
 from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.compare import fmt, fmt_index
 from pytest_autograd.execution import OpRaised
 
@@ -70,27 +75,25 @@ def _check_sample(context, scaled, dtype, where, magnitude):
     else:
         expected, _ = forward_and_backward(context, scaled, torch.float64, cotangents)
         truth, fits = "the op in float64", torch.finfo(dtype).max
-    for label, kind, e, g in paired_tensors(expected, got):
-        e, g = e.detach().cpu().to(torch.float64), g.detach().cpu().to(torch.float64)
+    for pair in paired_tensors(expected, got):
+        e, g = pair.expected.cpu().to(torch.float64), pair.got.cpu().to(torch.float64)
         demanded = e.isfinite() if fits is None else e.isfinite() & (e.abs() <= fits)
         bad = demanded & ~g.isfinite()
         if not bool(bad.any()):
             continue
         index = tuple(int(i) for i in bad.nonzero()[0])
         value = float(g[index])
-        what = f"gradient w.r.t. `{label[5:]}`" if kind == "argument" else label
-        fields = {"output": label} if kind == "output" else {"argument": label[5:]}
         context.fail(
-            f"{what} is {'NaN' if math.isnan(value) else 'inf'} in {dtype_label(dtype)} for inputs scaled to "
+            f"{pair.what} is {'NaN' if math.isnan(value) else 'inf'} in {dtype_label(dtype)} for inputs scaled to "
             f"max |x| = {fmt(magnitude)}, where {truth} is finite",
-            dtype=dtype_label(dtype), worst=f"{label}{fmt_index(index)}: {truth} gives {fmt(float(e[index]))}, "
-                                            f"the op {fmt(value)}",
+            dtype=dtype_label(dtype), worst=f"{pair.label}{fmt_index(index)}: {truth} gives "
+                                            f"{fmt(float(e[index]))}, the op {fmt(value)}",
             error=f"{int(bad.sum())} of {bad.numel()} elements are inf/NaN where {truth} is finite",
             details=[f"magnitude {where}: every floating input scaled so its largest |element| is {fmt(magnitude)}"],
-            hint=_hint(where, kind, dtype), **fields)
+            hint=_hint(where, "argument" in pair.fields, dtype), **pair.fields)
 
 
-def _hint(where, kind, dtype):
+def _hint(where, in_gradient, dtype):
     if where.startswith("tiny"):
         hint = ("an intermediate underflows to 0 and is then divided by or logged (a norm or variance of tiny "
                 "inputs): add an eps, or rescale before squaring")
@@ -98,7 +101,7 @@ def _hint(where, kind, dtype):
         hint = (f"an intermediate overflows {dtype_label(dtype)} (max {fmt(torch.finfo(dtype).max)}): exp of a "
                 "large input or a big product; subtract the max before exp (as softmax and logsumexp do) "
                 "or rescale")
-    if kind == "argument":
+    if in_gradient:
         hint += "; the outputs are finite, so look at backward (a saved inf, or 1/x of an underflowed value)"
     return hint
 

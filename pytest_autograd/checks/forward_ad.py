@@ -11,8 +11,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from pytest_autograd.checks._derivatives import ATOL, EPS, RTOL
-from pytest_autograd.checks._transforms import has_floating_input, overrides
+from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.compare import compare_tensors, fmt
 from pytest_autograd.execution import OpRaised, grads_of, output_label
 

@@ -22,19 +22,23 @@ TESTS = {
 HINTS = [
     # (substring of the error, hint), first match wins
     ("not defined as mutable but was mutated",
-     "declare every argument the kernel writes to: custom_op(..., mutates_args=('x',)) or `Tensor(a!) x` "
-     "in a TORCH_LIBRARY schema"),
-    ("no fake impl", "register a fake impl that returns empty tensors of the output's shape, dtype and device: "
-                     "@op.register_fake, or torch.library.register_fake('ns::op') for a C++ op"),
-    ("mismatched tensor metadata", "the fake impl's output differs from the kernel's: build it from the inputs "
-                                   "(e.g. x.new_empty(shape), which keeps dtype and device) with the kernel's shape"),
-    ("no autograd formula", "register a backward: op.register_autograd(backward, setup_context=...) or "
-                            "torch.library.register_autograd('ns::op', ...)"),
-    ("autograd kernel", "register autograd at the Autograd key (register_autograd, or TORCH_LIBRARY_IMPL(ns, "
-                        "Autograd, m)), not an autograd.Function behind the CPU/CUDA kernel"),
-    ("gradients of the operator are different", "the registered backward differs under torch.compile: it must "
-                                                "be traceable (torch ops only, no .item(), no data-dependent "
-                                                "Python branches)"),
+     ("declare every argument the kernel writes to: custom_op(..., mutates_args=('x',)) or `Tensor(a!) x` "
+      "in a TORCH_LIBRARY schema")),
+    ("no fake impl",
+     ("register a fake impl that returns empty tensors of the output's shape, dtype and device: "
+      "@op.register_fake, or torch.library.register_fake('ns::op') for a C++ op")),
+    ("mismatched tensor metadata",
+     ("the fake impl's output differs from the kernel's: build it from the inputs "
+      "(e.g. x.new_empty(shape), which keeps dtype and device) with the kernel's shape")),
+    ("no autograd formula",
+     ("register a backward: op.register_autograd(backward, setup_context=...) or "
+      "torch.library.register_autograd('ns::op', ...)")),
+    ("autograd kernel",
+     ("register autograd at the Autograd key (register_autograd, or TORCH_LIBRARY_IMPL(ns, Autograd, m)), "
+      "not an autograd.Function behind the CPU/CUDA kernel")),
+    ("gradients of the operator are different",
+     ("the registered backward differs under torch.compile: it must be traceable (torch ops only, "
+      "no .item(), no data-dependent Python branches)")),
 ]
 
 

@@ -10,14 +10,25 @@ as much as their reference pass. Without one, the normwise error must stay
 within a per-dtype tolerance.
 """
 
+import math
+from dataclasses import dataclass
+
 import pytest
 import torch
 
+from pytest_autograd.case import UsageProblem
 from pytest_autograd.checks._transforms import (
-    HALF_DTYPES, check_dtypes, cast_sample, dtype_label, forward_and_backward, has_floating_input,
-    normwise_error, paired_tensors, unsupported_dtype,
+    HALF_DTYPES,
+    cast_sample,
+    check_dtypes,
+    dtype_label,
+    forward_and_backward,
+    normwise_error,
+    paired_tensors,
+    unsupported_dtype,
 )
 from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.compare import fmt
 from pytest_autograd.execution import OpRaised
 
@@ -39,7 +50,7 @@ class Precision(Check):
     def run(self, context):
         case = context.case
         dtypes, explicit = check_dtypes(case, context.device)
-        k = float(case.option("precision_k", 2.0))
+        k = _number(case.option("precision_k", 2.0), "precision_k")
         unsupported = []
         for dtype in dtypes:
             for index, sample in context.samples():
@@ -75,42 +86,56 @@ def tolerance(case, dtype):
     wanted = case.option("precision_tol")
     if isinstance(wanted, dict):
         wanted = wanted.get(dtype_label(dtype), wanted.get(dtype))
-    return float(wanted) if wanted is not None else TOLERANCES.get(dtype, 1e-5)
+    return _number(wanted, "precision_tol") if wanted is not None else TOLERANCES.get(dtype, 1e-5)
+
+
+def _number(value, option):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise UsageProblem(f"{option}= must be a non-negative number (precision_tol= may also be a dict "
+                           f"dtype name -> number), got {value!r}.")
+    return float(value)
+
+
+@dataclass
+class Violation:
+    pair: object  # the _transforms.Pair over budget
+    error: object  # the op's normwise Error
+    ref_error: object  # the reference's Error, None without a reference
+    budget: float
+
+    @property
+    def ratio(self):
+        return self.error.value / self.budget if self.budget > 0 else math.inf
 
 
 def _against_tolerance(case, dtype, truth, got):
     tol = tolerance(case, dtype)
     found = []
-    for label, kind, expected, value in paired_tensors(truth, got):
-        error = normwise_error(expected, value)
+    for pair in paired_tensors(truth, got):
+        error = normwise_error(pair.expected, pair.got)
         if error.value > tol:
-            found.append((error.value / tol, label, kind, error, None, tol))
+            found.append(Violation(pair, error, None, tol))
     return found
 
 
 def _against_reference(dtype, k, truth, op_low, ref_low):
     found = []
-    ref_errors = {label: normwise_error(e, g) for label, _, e, g in paired_tensors(truth, ref_low)}
-    for label, kind, expected, value in paired_tensors(truth, op_low):
-        if label not in ref_errors:
+    ref_errors = {pair.label: normwise_error(pair.expected, pair.got) for pair in paired_tensors(truth, ref_low)}
+    for pair in paired_tensors(truth, op_low):
+        if pair.label not in ref_errors:
             continue
-        error = normwise_error(expected, value)
-        budget = k * ref_errors[label].value + floor(dtype)
+        error = normwise_error(pair.expected, pair.got)
+        budget = k * ref_errors[pair.label].value + floor(dtype)
         if error.value > budget:
-            found.append((error.value / budget, label, kind, error, ref_errors[label], budget))
+            found.append(Violation(pair, error, ref_errors[pair.label], budget))
     return found
 
 
-def _describe(label, kind):
-    return f"gradient w.r.t. `{label[5:]}`" if kind == "argument" else label
-
-
 def _report(context, dtype, k, violations, op_truth, ref_truth):
-    violations.sort(key=lambda v: -v[0])
-    _, label, kind, error, ref_error, budget = violations[0]
-    what = _describe(label, kind)
+    violations.sort(key=lambda v: -v.ratio)
+    worst = violations[0]
+    error, ref_error, budget, what = worst.error, worst.ref_error, worst.budget, worst.pair.what
     name = dtype_label(dtype)
-    fields = {"output": label} if kind == "output" else {"argument": label[5:]}
     if ref_error is None:
         summary = f"{what} in {name} is off from float64 by {fmt(error.value)}, more than the {name} tolerance"
         line = (f"error {fmt(error.value)} (max abs error / max |float64 value|) > tolerance {fmt(budget)} "
@@ -121,14 +146,15 @@ def _report(context, dtype, k, violations, op_truth, ref_truth):
         line = (f"op error {fmt(error.value)}, reference error {fmt(ref_error.value)} (each: max abs error / "
                 f"max |float64 value|); budget {fmt(k)} x {fmt(ref_error.value)} + floor {fmt(floor(dtype))} "
                 f"= {fmt(budget)}")
-    details = [f"also {_describe(v[1], v[2])}: error {fmt(v[3].value)} > {fmt(v[5])}" for v in violations[1:]]
+    details = [f"also {v.pair.what}: error {fmt(v.error.value)} > {fmt(v.budget)}" for v in violations[1:]]
     if ref_truth is not None:
-        maths = {l: normwise_error(e, g).value for l, _, e, g in paired_tensors(ref_truth, op_truth)}.get(label, 0.0)
+        maths = next((normwise_error(p.expected, p.got).value for p in paired_tensors(ref_truth, op_truth)
+                      if p.label == worst.pair.label), 0.0)
         if maths > floor(torch.float32):
             details.append(f"the op in float64 already differs from the reference in float64 by {fmt(maths)}: "
                            "a difference in the maths, not in precision (see the reference check)")
-    context.fail(summary, dtype=name, worst=error.worst(label), error=line, details=details,
-                 hint=_hint(dtype, error.value), **fields)
+    context.fail(summary, dtype=name, worst=error.worst(worst.pair.label), error=line, details=details,
+                 hint=_hint(dtype, error.value), **worst.pair.fields)
 
 
 def _hint(dtype, error):

@@ -10,7 +10,7 @@ unbatched (``None`` in in_dims), then all together; outputs and, through
 
 import torch
 
-from pytest_autograd.checks._transforms import overrides
+from pytest_autograd.checks._transforms import floating_dtype_of, overrides
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import OpRaised, flatten_outputs, grads_of, output_label
 
@@ -19,7 +19,6 @@ SETUP_CONTEXT_HINT = ("torch.func transforms need the setup_context style: forwa
                       "@staticmethod setup_context(ctx, inputs, output) that saves what backward needs")
 RULE_HINT = ("a vmap staticmethod gets (info, in_dims, *args), where in_dims[i] is the batch dim of args[i] or "
              "None when it is not batched; it must return (outputs, out_dims) with the batch dim of each output")
-
 BACKWARD_HINT = ("under vmap, backward runs once on batched tensors: it must use out-of-place torch ops only "
                  "(no .item(), no in-place writes into freshly allocated buffers, no shapes taken from "
                  "grad_output to build unbatched tensors)")
@@ -46,14 +45,10 @@ class Vmap(Check):
                          hint=SETUP_CONTEXT_HINT)
         for index, sample in context.samples():
             examples = _examples(sample, context.device, context.generator)
-            context.dtype = _first_floating_dtype(examples[0])
+            context.dtype = floating_dtype_of(sample)
             for where, in_dims in _configurations(sample, case):
                 _check_outputs(context, sample, examples, where, in_dims)
                 _check_vjp(context, sample, examples, where, in_dims)
-
-
-def _first_floating_dtype(args):
-    return next((v.dtype for v in args if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
 
 
 def _examples(sample, device, generator):
@@ -101,6 +96,14 @@ def _example_args(examples, in_dims, i):
             for p, value in enumerate(examples[0])]
 
 
+def _call(case, args, kwargs):
+    """The op on one example, outside vmap: its own failures are the op's, not the rule's."""
+    try:
+        return flatten_outputs(case.call(*args, **kwargs))
+    except Exception as error:
+        raise OpRaised("forward", error) from error
+
+
 def _dims_text(sample, in_dims):
     return "in_dims=(" + ", ".join(str(in_dims.get(p)) for p in range(len(sample.args))) + ")"
 
@@ -130,8 +133,7 @@ def _check_outputs(context, sample, examples, where, in_dims):
     case = context.case
     kwargs = sample.kwargs
     with torch.no_grad():
-        per_example = [flatten_outputs(case.call(*_example_args(examples, in_dims, i), **kwargs))
-                       for i in range(BATCH)]
+        per_example = [_call(case, _example_args(examples, in_dims, i), kwargs) for i in range(BATCH)]
         try:
             result = torch.func.vmap(lambda *args: case.op.apply(*args, **kwargs),
                                      in_dims=tuple(in_dims.get(p) for p in range(len(sample.args))))(
@@ -161,7 +163,7 @@ def _check_vjp(context, sample, examples, where, in_dims):
         leaf_tensors = [args[p].requires_grad_(True) for p in leaves]
         for p, leaf in zip(leaves, leaf_tensors):
             args[p] = leaf.clone()  # an in-place op must not touch the leaf
-        outputs = flatten_outputs(case.call(*args, **kwargs))
+        outputs = _call(case, args, kwargs)
         if diff is None:
             diff = [k for k, o in enumerate(outputs) if o.is_floating_point() and o.requires_grad]
             if not diff:
