@@ -102,8 +102,10 @@ class OpRaised(Exception):
     def where(self):
         frames = traceback.extract_tb(self.error.__traceback__)
         user = [f for f in frames if "/torch/" not in f.filename and "pytest_autograd" not in f.filename]
-        frame = (user or frames or [None])[-1]
-        return None if frame is None else f"{frame.filename}:{frame.lineno} in {frame.name}"
+        if not user:  # raised inside torch (e.g. the engine rejecting a gradient's shape): torch's message says it
+            return None
+        frame = user[-1]
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
 def run_op(case, prepared, leaves=None, fn=None):

@@ -56,14 +56,17 @@ def test_double_the_work_reads_about_twice_the_time():
 
 
 def test_repeated_runs_agree_within_their_reported_noise():
+    # The typical run must sit within the noise the runs report. The median absolute deviation
+    # ignores a run or two caught by a slow or fast spell of a shared machine: the IQR of one
+    # run cannot see a change of machine speed between runs (docs/bench.md, Limits).
     n = calibrated_iterations(1e-3)
     runs = [measure(lambda: spin(n), config=QUICK) for _ in range(5)]
     medians = [run.median for run in runs]
     centre = statistics.median(medians)
-    spread = (max(medians) - min(medians)) / centre
-    reported = max(run.noise for run in runs)
-    assert spread <= max(2 * reported, 0.15), (
-        f"medians {[fmt_time(m) for m in medians]} spread {spread:.1%}, reported noise {reported:.1%}")
+    deviation = statistics.median(abs(m - centre) for m in medians) / centre
+    reported = statistics.median(run.noise for run in runs)
+    assert deviation <= max(2 * reported, 0.05), (
+        f"medians {[fmt_time(m) for m in medians]}: typical deviation {deviation:.1%}, reported noise {reported:.1%}")
 
 
 def test_timer_reports_rounds_noise_and_how_it_stopped():
@@ -208,7 +211,7 @@ def test_backward_alone_does_not_count_the_forward():
     result = bench_point(case, sample, "cpu", None, TimerConfig(budget=0.1, warmup=0.01), list(bench_config.DIRECTIONS),
                          torch.Generator().manual_seed(0))
     assert result.backward.median < result.forward.median / 4
-    assert result.forward_backward.median > result.forward.median * 0.8
+    assert result.forward_backward.median > result.forward.median / 2  # it does include the forward
     assert result.reference is None and result.speedup() is None
 
 

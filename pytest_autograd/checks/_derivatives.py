@@ -70,7 +70,37 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
         found = _exhaustive(outputs, leaves, names, output_names, numerical, cotangents, analytical, atol, rtol)
     else:
         found = _probing(leaves, names, numerical, cotangents, analytical, generator, atol, rtol)
+    if found is None:
+        found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol)
     return found
+
+
+def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol):
+    """backward(-v) must be -backward(v): catches every sign-dependent backward.
+
+    One random cotangent misses ``grad_output.clamp(min=0)`` whenever the few
+    elements that matter happen to be positive; v and -v together never do.
+    """
+    negated = grads_of(outputs, leaves, [None if c is None else -c for c in cotangents], retain_graph=True)
+    worst = None
+    for j, leaf in enumerate(leaves):
+        expected = -analytical[j].detach().reshape(-1)
+        got = negated[j].detach().reshape(-1)
+        candidate = _worst_of(expected[:, None], got[:, None], atol, rtol)
+        if candidate is None:
+            continue
+        (e, _), want, have, error, tolerance = candidate
+        found = DerivativeError(
+            output="all outputs", argument=names[j],
+            element=f"grad {names[j]}{fmt_index(_unravel(e, leaf.shape))} for -grad_output",
+            expected=want, got=have, abs_error=error, tolerance=tolerance,
+            strategy="negated random cotangent; the gradient for -grad_output must be minus the gradient for "
+                     "grad_output, so backward is not linear in grad_output (e.g. right only for positive "
+                     "grad_outputs)",
+            argument_grad_all_zero=False, numerical_nonzero=True,
+        )
+        worst = _pick(worst, found)
+    return worst
 
 
 class _Numerical:

@@ -14,6 +14,8 @@ class Parity(Check):
 
     def applies(self, case, device):
         if device.split(":")[0] == "cpu":
+            if any(not d.startswith("cpu") for d in _requested_devices(case)):
+                return "CPU is the ground truth here: the items of the other devices compare against it"
             return "parity compares a non-CPU device against CPU: add one, e.g. --autograd-devices=cpu,cuda"
         return None
 
@@ -29,6 +31,19 @@ class Parity(Check):
                 got_label=context.device,
                 dtype_label=None,
             )
+
+
+def _requested_devices(case):
+    devices = case.options.get("devices")
+    if devices:
+        return [devices] if isinstance(devices, str) else list(devices)
+    if case.config is not None:
+        from pytest_autograd.plugin import SETTINGS
+
+        settings = case.config.stash.get(SETTINGS, None)
+        if settings is not None:
+            return settings.devices
+    return []
 
 
 check = Parity()
