@@ -103,6 +103,11 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
     return worst
 
 
+def marker_tolerances(case):
+    """``atol=``/``rtol=`` from the marker, as keywords for find_derivative_error."""
+    return {name: case.option(name) for name in ("atol", "rtol") if case.option(name) is not None}
+
+
 class _Numerical:
     """Central differences of the op's outputs along a direction in one leaf."""
 

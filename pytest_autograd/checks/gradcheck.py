@@ -7,7 +7,7 @@ building a Jacobian.
 
 import torch
 
-from pytest_autograd.checks._derivatives import find_derivative_error
+from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import output_label
@@ -43,10 +43,9 @@ class GradCheck(Check):
             def fn(leaves):
                 return context.run_op(prepared, leaves)
 
-            atol, rtol = context.case.option("atol"), context.case.option("rtol")
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
-                **({"atol": atol} if atol is not None else {}), **({"rtol": rtol} if rtol is not None else {}),
+                **marker_tolerances(context.case),
             )
             if error is not None:
                 context.fail(

@@ -9,7 +9,7 @@ instead of "Jacobian mismatch".
 import torch
 
 from pytest_autograd.case import is_once_differentiable
-from pytest_autograd.checks._derivatives import find_derivative_error
+from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
 from pytest_autograd.checks.base import Check
 from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.execution import OpRaised, output_label, random_cotangents
@@ -68,7 +68,7 @@ class GradGradCheck(Check):
                 error = find_derivative_error(
                     backward, prepared.leaves + cotangent_leaves, leaf_names,
                     [f"grad {name}" for name in prepared.names], context.generator,
-                    numerical_needs_grad=True, **_tolerances(context),
+                    numerical_needs_grad=True, **marker_tolerances(context.case),
                 )
             except OpRaised as raised:
                 if "once_differentiable" in str(raised.error):
@@ -115,14 +115,6 @@ def _reaches_error_node(grad):
             return True
         stack.extend(next_node for next_node, _ in node.next_functions)
     return False
-
-
-def _tolerances(context):
-    found = {}
-    for option in ("atol", "rtol"):
-        if context.case.option(option) is not None:
-            found[option] = context.case.option(option)
-    return found
 
 
 check = GradGradCheck()
