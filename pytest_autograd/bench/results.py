@@ -70,6 +70,7 @@ def make_rows(result, test, test_name, label=None, size=None, sample=0):
                 "threads": measurement.threads,
                 "load": measurement.load,
                 "cpu_share": measurement.cpu_share,
+                "cores": measurement.cores,
                 "busy": measurement.busy,
                 "flops": timing.flops.get(direction),
                 "bytes": timing.bytes.get(direction),
@@ -89,7 +90,7 @@ def make_rows(result, test, test_name, label=None, size=None, sample=0):
 
 _EXTRA = ("op", "impl", "impl_name", "device", "dtype", "direction", "size", "sample", "timer", "cache", "stop",
           "noise", "noise_target", "calls_per_round", "warmup_calls", "first_call_s", "threads", "load",
-          "cpu_share", "busy", "flops", "bytes", "tflops", "gbps", "intensity", "speedup", "notes", "warning",
+          "cores", "cpu_share", "busy", "flops", "bytes", "tflops", "gbps", "intensity", "speedup", "notes", "warning",
           "baseline")
 
 

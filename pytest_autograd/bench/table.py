@@ -90,12 +90,12 @@ def warnings(warned, total):
     lines = []
     busy = [row for row, _ in warned if row.get("busy")]
     if busy:
-        worst = min(busy, key=lambda row: row["cpu_share"])
+        share = min((row.get("cpu_share") or 1.0) for row in busy)
         load = max((row.get("load") or 0) for row in busy)
         threads = max((row.get("threads") or 1) for row in busy)
         advice = "use --autograd-bench-threads=1 or a quiet machine" if threads > 1 else "use a quiet machine"
         lines.append(f"! {len(busy)} of {total} CPU timing(s) ran on a busy machine (the timing thread ran as little "
-                     f"as {worst['cpu_share']:.0%} of the time, load up to {load:.1f}): their medians include "
+                     f"as {share:.0%} of the time, load up to {load:.1f}): their medians include "
                      f"waiting for a core, which the IQR need not show; {advice}")
     noisy = [(row, label) for row, label in warned if row["noise"] > row["noise_target"]]
     few = [(row, label) for row, label in warned if row["stats"]["rounds"] < 5]
@@ -125,6 +125,10 @@ def legend(rows, has_ref, has_base):
         threads = sorted({row.get("threads") for row in rows if row["timer"].startswith("perf_counter")} - {None})
         lines.append(f"CPU: wall clock around adaptive blocks of calls, {'/'.join(map(str, threads)) or '?'} torch "
                      "thread(s); caches warm")
+        cores = max((row.get("cores") or 0) for row in rows)
+        if threads and max(threads) > 1 and cores and max(threads) >= cores:
+            lines.append(f"CPU: {max(threads)} threads on {cores} cores: any other work on the machine stalls every "
+                         "parallel region; --autograd-bench-threads=1 gives steadier numbers")
     lines.append("median and IQR per call; noise = IQR / median; rounds = timed rounds; "
                  "fwd = forward, bwd = backward alone (graph replayed), fwd+bwd = both")
     if has_ref:

@@ -74,7 +74,12 @@ class Measurement:
         several torch threads, waiting in parallel regions for descheduled
         threads: it can shift every round alike, so the IQR cannot show it.
         """
-        return self.cpu_share is not None and self.cpu_share < 0.85
+        if self.cpu_share is not None and self.cpu_share < 0.85:
+            return True
+        # Threads spin while they wait for each other, so for several threads the CPU share
+        # stays high: judge by the load, which counts this benchmark's own threads too.
+        return ((self.threads or 1) > 1 and self.load is not None and self.cores is not None
+                and self.load > self.cores + 0.5)
 
     def warning(self):
         """A short warning when these numbers deserve less trust, else None."""
@@ -82,7 +87,8 @@ class Measurement:
             load = f", load {self.load:.1f} on {self.cores} cores" if self.load is not None else ""
             advice = "use --autograd-bench-threads=1 or a quiet machine" if (self.threads or 1) > 1 \
                 else "use a quiet machine"
-            return f"busy machine: the timing thread ran {self.cpu_share:.0%} of the time{load}; {advice}"
+            share = f"the timing thread ran {self.cpu_share:.0%} of the time" if self.cpu_share is not None else ""
+            return f"busy machine: {share}{load}; {advice}".replace(": , ", ": ")
         if self.rounds < 5:
             return f"only {self.rounds} rounds in the budget: raise --autograd-bench-budget"
         if self.noisy:
