@@ -56,7 +56,7 @@ def test_bench_times_forward_backward_and_both_against_the_reference(pytester):
     result.stdout.fnmatch_lines([
         "*autograd bench: budget 0.01 s per timing*",
         "*= autograd bench =*",
-        "machine: * cores, * torch threads); GPU *; torch *; CUDA *",
+        "machine: * cores, torch's default * threads); GPU *; torch *; CUDA *",
         "test * impl * dir * device * dtype * median * IQR * noise * rounds * TFLOP/s * GB/s * speedup",
         "test_linear[[]bench-cpu[]] * LinearFunction * fwd * cpu * float32 *x",
         "test_linear[[]bench-cpu[]] * ref linear * fwd * cpu * float32 *",

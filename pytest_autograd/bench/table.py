@@ -15,7 +15,7 @@ def machine_line(machine):
         return "machine: unknown"
     gpu = machine.get("gpu") or "none"
     cuda = machine.get("cuda") or "none"
-    return (f"machine: {machine.get('cpu')} ({machine.get('cores')} cores, {machine.get('threads')} torch threads); "
+    return (f"machine: {machine.get('cpu')} ({machine.get('cores')} cores, torch's default {machine.get('threads')} threads); "
             f"GPU {gpu}; torch {machine.get('torch')}; CUDA {cuda}")
 
 
