@@ -79,3 +79,14 @@ def test_determinism_rejects_a_negative_nondet_tol(pytester, run_pytest):
     result = run(pytester, run_pytest, NONDETERMINISTIC.format(options=", nondet_tol=-1"))
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*nondet_tol= must be a non-negative number*got -1*"])
+
+
+def test_determinism_compares_the_imaginary_part_of_complex_outputs():
+    import torch
+
+    from pytest_autograd.checks._hygiene import max_difference
+
+    a = torch.complex(torch.zeros(3), torch.zeros(3))
+    b = torch.complex(torch.zeros(3), torch.tensor([0.0, 0.5, 0.0]))
+    largest, index, count = max_difference(a, b)
+    assert (largest, count) == (0.5, 1) and index[0] == 1

@@ -78,3 +78,11 @@ def test_magnitudes_reach_the_edges_of_each_dtype():
         assert math.exp(values["large: exp overflows"]) > info.max
         huge = torch.tensor(values["huge: products of four inputs still fit"], dtype=dtype)
         assert torch.isfinite(huge**4)
+
+
+def test_a_reference_that_raises_is_blamed_instead_of_the_op(pytester):
+    result = run(pytester, "Cube", marker=", reference=lambda x, scale: x ** 3")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "reference=<lambda> raised TypeError in its forward: *missing 1 required positional argument: 'scale'",
+    ])

@@ -235,3 +235,41 @@ def test_marker_tolerances_are_used(pytester, run_pytest):
     result = run_pytest("--autograd-checks=gradcheck", "-v")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_strict[[]gradcheck-cpu[]] FAILED*", "*test_loose[[]gradcheck-cpu[]] PASSED*"])
+
+
+def test_channels_last_inputs_and_transposed_outputs_are_checked_without_crashing(pytester, run_pytest):
+    pytester.makepyfile(test_ops="""
+import pytest
+import torch
+import torch.nn.functional as F
+
+@pytest.mark.autograd_op(op=F.conv2d)
+def test_conv():
+    return [(torch.randn(1, 2, 4, 4).to(memory_format=torch.channels_last), torch.randn(3, 2, 3, 3))]
+
+@pytest.mark.autograd_op(op=torch.transpose)
+def test_transpose():
+    return [(torch.randn(3, 4), 0, 1)]
+""")
+    result = run_pytest("--autograd-checks=gradcheck,gradgradcheck")
+    result.assert_outcomes(passed=4)
+
+
+def test_an_op_computing_in_float32_for_float64_inputs_is_skipped_saying_why(pytester, run_pytest):
+    pytester.makepyfile(test_ops="""
+import pytest
+import torch
+
+def float32_only(x):
+    return x.float().sin()
+
+@pytest.mark.autograd_op(op=float32_only)
+def test_op():
+    return [(torch.randn(3, 4),)]
+""")
+    result = run_pytest("--autograd-checks=gradcheck,gradgradcheck", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([
+        "*the op returns float32 outputs for float64 inputs: finite differences of results rounded to that "
+        "precision measure the rounding, not the derivative*",
+    ])

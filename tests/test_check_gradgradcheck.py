@@ -135,3 +135,20 @@ def test_integer_only_samples_are_skipped(pytester, run_pytest):
     result = run_gradgradcheck(pytester, run_pytest, "torch.neg", samples="[(torch.arange(3),)]")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED * no floating-point tensor argument to differentiate"])
+
+
+def test_an_op_computing_in_float32_for_float64_inputs_is_skipped_not_failed(pytester, run_pytest):
+    pytester.makepyfile(test_ops="""
+import pytest
+import torch
+
+def float32_only(x):
+    return x.float().sin()
+
+@pytest.mark.autograd_op(op=float32_only)
+def test_op():
+    return [(torch.randn(3, 4),)]
+""")
+    result = run_pytest("--autograd-checks=gradgradcheck", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*the op returns float32 outputs for float64 inputs*"])

@@ -119,3 +119,14 @@ def test_leak_passes_ops_that_use_save_for_backward_and_warns_about_intermediate
         ("*HygieneWarning: MaskOnCtx: ctx.mask (tensor[[]3, 4[]]:bool, 12 bytes) stays alive after backward "
         "until the output is dropped*"),
     ])
+
+
+def test_leak_does_not_blame_inputs_that_a_complex_output_keeps_while_backward_never_ran(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        @pytest.mark.autograd_op(op=torch.complex)
+        def test_complex():
+            return [(torch.randn(3), torch.randn(3))]
+    """)
+    result.assert_outcomes(passed=1)

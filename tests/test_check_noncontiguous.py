@@ -130,3 +130,40 @@ def test_noncontiguous_layouts_keep_values_and_break_contiguity():
     assert channels_last(torch.randn(3, 4)) is None
     assert transposed(torch.randn(5)) is None
     assert sliced(torch.randn(1, 1)) is None
+
+
+def test_noncontiguous_passes_an_in_place_function_with_two_outputs_as_layouts_are_not_views(pytester, run_pytest):
+    # autograd forbids a Function that modifies a *view* in place from returning two outputs; the
+    # layouts change strides only, so this correct op must pass.
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        from torch.autograd import Function
+
+        class AddOneAndSum(Function):
+            @staticmethod
+            def forward(ctx, x):
+                x.add_(1)
+                ctx.mark_dirty(x)
+                return x, x.sum()
+
+            @staticmethod
+            def backward(ctx, grad_x, grad_sum):
+                return grad_x + grad_sum
+
+        @pytest.mark.autograd_op(op=AddOneAndSum)
+        def test_add_one_and_sum():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(passed=1)
+
+
+def test_noncontiguous_layouts_own_their_storage_and_pass_gradients_back():
+    from pytest_autograd.checks.noncontiguous import sliced, transposed
+
+    x = torch.randn(3, 4, requires_grad=True)
+    for layout in (transposed, sliced):
+        laid = layout(x)
+        assert laid._base is None and not laid.is_contiguous()
+        (laid * 2).sum().backward()
+        assert torch.equal(x.grad, torch.full((3, 4), 2.0))
+        x.grad = None

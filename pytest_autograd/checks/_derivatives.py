@@ -103,6 +103,23 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
     return worst
 
 
+def below_float64(outputs):
+    """Names of the dtypes of floating outputs computed in less than float64 precision.
+
+    Such an op (a float32-only kernel, a ``.float()`` cast) returns float32
+    for float64 inputs; central differences with eps=1e-6 then measure its
+    rounding, not its derivative, so a correct op would fail.
+    """
+    return sorted({str(out.dtype).replace("torch.", "") for out in outputs
+                   if out.is_floating_point() and out.dtype != torch.float64})
+
+
+def low_precision_reason(dtypes):
+    return (f"the op returns {'/'.join(dtypes)} outputs for float64 inputs: finite differences of results rounded "
+            "to that precision measure the rounding, not the derivative; give the op a float64 path to have its "
+            "derivatives checked")
+
+
 def marker_tolerances(case):
     """``atol=``/``rtol=`` from the marker, as keywords for find_derivative_error."""
     return {name: case.option(name) for name in ("atol", "rtol") if case.option(name) is not None}
@@ -139,15 +156,18 @@ def _exhaustive(outputs, leaves, names, output_names, numerical, cotangents, ana
     for j, leaf in enumerate(leaves):
         per_leaf = []
         for e in range(leaf.numel()):
-            direction = torch.zeros_like(leaf).view(-1)
+            # torch.zeros, not zeros_like: a channels-last or transposed leaf gives a non-contiguous
+            # zeros_like, which cannot be viewed flat.
+            direction = torch.zeros(leaf.numel(), dtype=leaf.dtype, device=leaf.device)
             direction[e] = 1.0
-            per_leaf.append([c.reshape(-1) for c in numerical.difference(j, direction.view_as(leaf))])
+            per_leaf.append([c.reshape(-1) for c in numerical.difference(j, direction.view(leaf.shape))])
         numeric_columns.append(per_leaf)
     worst = None
     for k, output in enumerate(outputs):
         rows = [torch.zeros(output.numel(), leaf.numel(), dtype=leaf.dtype, device=leaf.device) for leaf in leaves]
         for r in range(output.numel()):
-            basis = [torch.zeros_like(o) for o in outputs]
+            # Contiguous, so that the flat view works for non-contiguous outputs (a transpose, a permute).
+            basis = [torch.zeros(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
             basis[k].view(-1)[r] = 1.0
             for j, grad in enumerate(grads_of(outputs, leaves, basis, retain_graph=True)):
                 rows[j][r] = grad.detach().reshape(-1)

@@ -65,6 +65,7 @@ def backward(outputs, leaves, cotangents, retain_graph=None):
 
 def max_difference(a, b):
     """Largest |a - b| (NaN matching NaN, equal infinities matching), its index and the count differing."""
+    a, b = _real_view(a), _real_view(b)
     a = a.detach().to("cpu", torch.float64)
     b = b.detach().to("cpu", torch.float64)
     if a.numel() == 0:
@@ -79,6 +80,11 @@ def max_difference(a, b):
     flat = int(torch.argmax(diff))
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
     return float(diff.reshape(-1)[flat]), index, count
+
+
+def _real_view(tensor):
+    """A complex tensor as (..., 2) real and imaginary parts: casting it to float64 would drop the imaginary part."""
+    return torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
 
 
 def changed_elements(before, after):

@@ -13,7 +13,7 @@ import torch
 
 from pytest_autograd.case import UsageProblem, is_autograd_function
 from pytest_autograd.compare import fmt, fmt_index
-from pytest_autograd.execution import grads_of, output_label
+from pytest_autograd.execution import OpRaised, grads_of, output_label
 
 DTYPE_NAMES = {
     "float64": torch.float64, "double": torch.float64,
@@ -106,6 +106,29 @@ def forward_and_backward(context, sample, dtype, cotangents64=None, fn=None):
     and returned rounded through the output dtype, so a float64 run can reuse
     exactly the same values.
     """
+    try:
+        return _forward_and_backward(context, sample, dtype, cotangents64, fn)
+    except OpRaised as raised:
+        if fn is None or isinstance(raised, ReferenceRaised):
+            raise
+        raise ReferenceRaised(raised.phase, raised.error) from raised.error
+
+
+class ReferenceRaised(OpRaised):
+    """``reference=`` raised, not the op: the report must not blame the op."""
+
+
+def fail_reference(context, raised):
+    """Report ``raised`` (a ReferenceRaised) as the reference's failure."""
+    reference = context.case.reference
+    name = getattr(reference, "__qualname__", None) or getattr(reference, "__name__", None) or repr(reference)
+    where = raised.where()
+    context.fail(f"reference={name} raised {type(raised.error).__name__} in its {raised.phase}: {raised.error}",
+                 details=[f"at {where}"] if where else [],
+                 hint="the reference must take the same arguments as the op and run on every sample it runs on")
+
+
+def _forward_and_backward(context, sample, dtype, cotangents64, fn):
     prepared = context.prepare(sample, dtype=dtype)
     outputs = context.run_op(prepared, fn=fn)
     if cotangents64 is None:

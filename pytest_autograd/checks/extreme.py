@@ -15,9 +15,11 @@ import pytest
 import torch
 
 from pytest_autograd.checks._transforms import (
+    ReferenceRaised,
     cast_sample,
     check_dtypes,
     dtype_label,
+    fail_reference,
     forward_and_backward,
     paired_tensors,
     unsupported_dtype,
@@ -60,6 +62,8 @@ class Extreme(Check):
                         _check_sample(context, cast_sample(sample, dtype, magnitude), dtype, where, magnitude)
             except OpRaised as raised:
                 if explicit or not unsupported_dtype(raised):
+                    if isinstance(raised, ReferenceRaised):
+                        fail_reference(context, raised)
                     raise
                 unsupported.append(dtype_label(dtype))
         if unsupported and len(unsupported) == len(dtypes):

@@ -7,7 +7,12 @@ building a Jacobian.
 
 import torch
 
-from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
+from pytest_autograd.checks._derivatives import (
+    below_float64,
+    find_derivative_error,
+    low_precision_reason,
+    marker_tolerances,
+)
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import output_label
@@ -31,6 +36,7 @@ class GradCheck(Check):
         return None
 
     def run(self, context):
+        low_precision = checked = 0
         for index, sample in context.samples():
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
@@ -39,6 +45,10 @@ class GradCheck(Check):
             output_names = [output_label(k, len(outputs)) for k in range(len(outputs))]
             if not any(out.is_floating_point() for out in outputs):
                 continue
+            if below_float64(outputs):
+                low_precision = below_float64(outputs)
+                continue
+            checked += 1
 
             def fn(leaves):
                 return context.run_op(prepared, leaves)
@@ -53,6 +63,10 @@ class GradCheck(Check):
                     output=error.output, argument=error.argument, worst=error.worst(),
                     error=error.error_line(), hint=derivative_hint(error),
                 )
+        if low_precision and not checked:
+            from pytest import skip
+
+            skip(low_precision_reason(low_precision))
 
 
 check = GradCheck()

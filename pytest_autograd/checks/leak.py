@@ -123,10 +123,14 @@ def _run_and_drop(context, prepared, probe):
     probe.tracked += [(f"the op's input `{name}`", ref, size) for name, ref, size in inputs]
     probe.tracked += [(f"ctx.{a.name}", a.ref, a.size) for a in probe.attributes if "output" not in a.relation]
     cotangents = random_cotangents(outputs, context.generator)
-    if prepared.leaves and any(out.requires_grad for out in outputs):
+    # Only real floating outputs get a cotangent: with none (e.g. a complex output) backward never runs, and
+    # the graph rightly keeps what forward saved until the outputs are dropped, which is no leak.
+    ran_backward = prepared.leaves and any(out.requires_grad and c is not None for out, c in zip(outputs, cotangents))
+    if ran_backward:
         backward(outputs, prepared.leaves, cotangents)
     del call, args, kwargs, arguments, cotangents, node
-    probe.held_after_backward = [name for name, ref, _ in inputs if ref() is not None]
+    if ran_backward:
+        probe.held_after_backward = [name for name, ref, _ in inputs if ref() is not None]
     del outputs
 
 

@@ -40,11 +40,25 @@ def _big_dims(tensor):
     return sum(1 for size in tensor.shape if size > 1)
 
 
+def _own_storage(view):
+    """A tensor with ``view``'s values, shape and strides that is not a view of another tensor.
+
+    The layouts are about strides; being a view is another matter, with rules of
+    its own in autograd (a Function that modifies a view in place may return
+    only one output), which a correct op that never sees views may break.
+    """
+    size = view.untyped_storage().nbytes() // view.element_size()
+    base = torch.zeros(size, dtype=view.dtype, device=view.device)
+    laid = torch.empty(0, dtype=view.dtype, device=view.device)
+    laid.set_(base.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+    return laid.copy_(view)
+
+
 def transposed(tensor):
     if _big_dims(tensor) < 2:
         return None
     order = list(reversed(range(tensor.dim())))
-    return tensor.permute(order).contiguous().permute(order)
+    return _own_storage(tensor.permute(order).contiguous().permute(order))
 
 
 def sliced(tensor):
@@ -53,7 +67,7 @@ def sliced(tensor):
         return None
     wide = torch.stack([tensor, torch.zeros_like(tensor)], dim=dim + 1).flatten(dim, dim + 1)
     index = [slice(None)] * dim + [slice(None, None, 2)]
-    return wide[tuple(index)]
+    return _own_storage(wide[tuple(index)])
 
 
 def channels_last(tensor):

@@ -19,9 +19,11 @@ import torch
 from pytest_autograd.case import UsageProblem
 from pytest_autograd.checks._transforms import (
     HALF_DTYPES,
+    ReferenceRaised,
     cast_sample,
     check_dtypes,
     dtype_label,
+    fail_reference,
     forward_and_backward,
     normwise_error,
     paired_tensors,
@@ -64,13 +66,19 @@ class Precision(Check):
                     if not explicit and unsupported_dtype(raised):
                         unsupported.append(dtype_label(dtype))
                         break
+                    if isinstance(raised, ReferenceRaised):
+                        fail_reference(context, raised)
                     raise
                 op_truth, _ = forward_and_backward(context, low, torch.float64, cotangents)
                 ref_truth = None
                 if ref_low is None:
                     violations = _against_tolerance(case, dtype, op_truth, op_low)
                 else:
-                    ref_truth, _ = forward_and_backward(context, low, torch.float64, cotangents, fn=case.reference)
+                    try:
+                        ref_truth, _ = forward_and_backward(context, low, torch.float64, cotangents,
+                                                            fn=case.reference)
+                    except ReferenceRaised as raised:
+                        fail_reference(context, raised)
                     violations = _against_reference(dtype, k, ref_truth, op_low, ref_low)
                 if violations:
                     _report(context, dtype, k, violations, op_truth, ref_truth)
