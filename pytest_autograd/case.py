@@ -47,6 +47,9 @@ CORE_OPTIONS = {
     "double_backward": True,
     "atol": None,
     "rtol": None,
+    # Floating tensor arguments that are constants, not differentiated (e.g.
+    # batch_norm's running statistics), by name or position.
+    "constants": None,
 }
 
 
@@ -64,6 +67,8 @@ class OpCase:
     # test body with some arguments overridden, e.g. ``factory(size=4096)``.
     config: object = None
     factory: object = None
+    # Slots (positions and keyword names) of the arguments in ``constants=``.
+    constant_slots: frozenset = frozenset()
 
     def call(self, *args, **kwargs):
         return call_op(self.op, args, kwargs)
@@ -286,6 +291,13 @@ def _validate_sample(sample, index, where):
                 f"{where}: sample {index} argument {position} is a numpy array; "
                 "pass torch tensors (torch.from_numpy(array))."
             )
+    for position, value in enumerate(values):
+        if isinstance(value, (list, tuple)) and any(isinstance(item, torch.Tensor) for item in value):
+            raise UsageProblem(
+                f"{where}: sample {index} argument {position} is a {type(value).__name__} of tensors; only "
+                "top-level tensor arguments are differentiated. Check a wrapper that takes them one by one, "
+                "e.g. op=lambda a, b: torch.cat([a, b]) with samples (a, b)."
+            )
     if not any(isinstance(value, torch.Tensor) for value in values):
         raise UsageProblem(
             f"{where}: sample {index} ({sample!r}) has no tensor arguments; "
@@ -295,11 +307,38 @@ def _validate_sample(sample, index, where):
 
 def build_case(mark_kwargs, samples):
     op = mark_kwargs["op"]
+    arg_names = argument_names(op)
     return OpCase(
         op=op,
         samples=samples,
         reference=mark_kwargs.get("reference"),
         options=dict(mark_kwargs),
-        arg_names=argument_names(op),
+        arg_names=arg_names,
         name=op_display_name(op),
+        constant_slots=_constant_slots(mark_kwargs.get("constants"), arg_names, samples),
     )
+
+
+def _constant_slots(constants, arg_names, samples):
+    """Resolve ``constants=`` (names or positions) to argument slots."""
+    if constants is None:
+        return frozenset()
+    entries = [constants] if isinstance(constants, (str, int)) else list(constants)
+    keywords = {key for sample in samples for key in sample.kwargs}
+    slots = set()
+    for entry in entries:
+        if isinstance(entry, int) and not isinstance(entry, bool):
+            slots.add(entry)
+            if entry < len(arg_names):
+                slots.add(arg_names[entry])
+        elif isinstance(entry, str) and (entry in arg_names or entry in keywords):
+            slots.add(entry)
+            if entry in arg_names:
+                slots.add(arg_names.index(entry))
+        else:
+            known = ", ".join(arg_names) or "unknown (the op's signature cannot be read; use positions)"
+            raise UsageProblem(
+                f"constants={constants!r} names {entry!r}, which is not an argument of the op; "
+                f"its arguments are: {known}."
+            )
+    return frozenset(slots)

@@ -60,7 +60,7 @@ def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):
         value = value.detach()
         if value.is_floating_point():
             value = value.to(device=device, dtype=dtype or value.dtype, copy=True)
-            if requires_grad and (only is None or slot in only):
+            if requires_grad and (only is None or slot in only) and slot not in case.constant_slots:
                 value.requires_grad_(True)
                 slots.append(slot)
                 leaves.append(value)
@@ -76,9 +76,11 @@ def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):
 
 
 def flatten_outputs(result):
-    """The op's tensor outputs, in order, from a tensor or (nested) tuple/list."""
+    """The op's tensor outputs, in order, from a tensor or (nested) tuple/list/dict."""
     if isinstance(result, torch.Tensor):
         return [result]
+    if isinstance(result, dict):
+        result = list(result.values())
     if isinstance(result, (tuple, list)):
         flat = []
         for item in result:
@@ -115,7 +117,15 @@ def run_op(case, prepared, leaves=None, fn=None):
         result = (fn or case.call)(*args, **kwargs)
     except Exception as error:  # reported as the op's own failure
         raise OpRaised("forward", error) from error
-    return flatten_outputs(result)
+    outputs = flatten_outputs(result)
+    if not outputs:
+        from pytest_autograd.case import UsageProblem
+
+        raise UsageProblem(
+            f"the {'function' if fn else 'op'} returned {type(result).__name__} ({result!r:.60}), which holds no "
+            "tensor: there is nothing to check. Return the op's output tensors (a tensor, or a tuple/list/dict of them)."
+        )
+    return outputs
 
 
 def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None):
@@ -161,5 +171,18 @@ def op_failure(check, error, context, sample=None, dtype=None):
             dtype=dtype,
             sample=sample,
             details=details,
+            hint=_constant_hint(str(error.error)),
         )
     )
+
+
+_REQUIRES_GRAD_REFUSALS = ("cannot have requires_grad", "is not differentiable with respect to argument",
+                           "does not require grad and does not have a grad_fn")
+
+
+def _constant_hint(message):
+    """torch refusing a tensor that requires grad usually means the argument is a constant."""
+    if any(refusal in message for refusal in _REQUIRES_GRAD_REFUSALS):
+        return ("every floating tensor argument is differentiated by default; declare the ones that are "
+                "constants on the marker, e.g. constants=('running_mean', 'running_var')")
+    return None

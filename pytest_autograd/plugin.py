@@ -54,7 +54,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         f"{MARKER}(op=..., reference=None, checks=None, skip=None, devices=None, double_backward=True, "
-        "atol=None, rtol=None): run pytest-autograd's checks on op; the test body returns the samples.",
+        "atol=None, rtol=None, constants=None): run pytest-autograd's checks on op; the test body returns the samples.",
     )
     settings = Settings.from_config(config)
     registry = CheckRegistry()

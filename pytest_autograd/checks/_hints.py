@@ -7,7 +7,8 @@ def derivative_hint(error):
     expected, got = error.expected, error.got
     if error.argument_grad_all_zero and error.numerical_nonzero:
         return (f"backward returns no gradient (None or zeros) for `{error.argument}` although the output "
-                "depends on it: check the order of the gradients backward returns and ctx.needs_input_grad indexing")
+                "depends on it: check the order of the gradients backward returns and ctx.needs_input_grad indexing; "
+                f"if `{error.argument}` is a constant, declare it: constants=('{error.argument}',) on the marker")
     if "not linear in grad_output" in error.strategy:
         return ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale "
                 "with grad_output, including negative values")
