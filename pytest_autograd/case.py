@@ -171,12 +171,17 @@ def validate_marker(mark, known_options, known_checks, where):
     unknown = sorted(set(mark.kwargs) - set(known_options))
     if unknown:
         raise UsageProblem(
-            f"{where}: unknown @pytest.mark.autograd_op argument(s) {', '.join(unknown)}; "
-            f"known arguments are: {', '.join(sorted(known_options))}."
+            f"{where}: unknown @pytest.mark.autograd_op argument(s) {', '.join(unknown)}"
+            f"{did_you_mean(unknown, known_options)}; known arguments are: {', '.join(sorted(known_options))}."
         )
     if "op" not in mark.kwargs or mark.kwargs["op"] is None:
         raise UsageProblem(f"{where}: @pytest.mark.autograd_op needs op=..., the Function or callable to check.")
     op = mark.kwargs["op"]
+    if _is_function_instance(op):
+        raise UsageProblem(
+            f"{where}: op={type(op).__name__}() is an instance; pass the autograd.Function class itself: "
+            f"op={type(op).__name__}."
+        )
     if not callable(op):
         raise UsageProblem(
             f"{where}: op={op!r} is not callable; pass an autograd.Function subclass, "
@@ -193,7 +198,8 @@ def validate_marker(mark, known_options, known_checks, where):
         bad = [name for name in names if name not in known_checks]
         if bad:
             raise UsageProblem(
-                f"{where}: {option}= names unknown check(s) {', '.join(map(repr, bad))}; "
+                f"{where}: {option}= names unknown check(s) {', '.join(map(repr, bad))}"
+                f"{did_you_mean(bad, known_checks)}; "
                 f"known checks are: {', '.join(known_checks)}."
             )
     double_backward = mark.kwargs.get("double_backward", True)
@@ -243,6 +249,26 @@ def positional_ops_in_source(path):
     return [(text.count("\n", 0, match.start()) + 1, match.group(1)) for match in POSITIONAL_OP.finditer(text)]
 
 
+def did_you_mean(unknown, known):
+    """' (did you mean X?)' for the closest known names, or ''."""
+    import difflib
+
+    lowered = {name.lower(): name for name in known}
+    guesses = []
+    for name in unknown:
+        match = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=0.7)
+        if match:
+            guesses.append(lowered[match[0]])
+    return f" (did you mean {', '.join(dict.fromkeys(guesses))}?)" if guesses else ""
+
+
+def _is_function_instance(op):
+    """An instance of an autograd.Function subclass, found without importing torch."""
+    return not inspect.isclass(op) and any(
+        cls.__name__ == "Function" and cls.__module__.startswith("torch.autograd") for cls in type(op).__mro__
+    )
+
+
 def normalise_samples(returned, where):
     """Turn what the test body returned into a non-empty list of Samples."""
     import torch
@@ -263,6 +289,12 @@ def normalise_samples(returned, where):
         )
     if not items:
         raise UsageProblem(f"{where}: the test body returned an empty list: there are no samples to check.")
+    if len(items) > 1 and all(isinstance(item, torch.Tensor) for item in items):
+        raise UsageProblem(
+            f"{where}: the test body returned a list of {len(items)} tensors, which is ambiguous; return a tuple "
+            "for one call's arguments, `return (x, w, b)`, or a list of tuples for several samples, "
+            "`return [(x,), (y,)]`."
+        )
     samples = []
     for index, item in enumerate(items):
         if isinstance(item, Sample):
@@ -271,6 +303,11 @@ def normalise_samples(returned, where):
             sample = Sample(*item)
         elif isinstance(item, torch.Tensor):
             sample = Sample(item)
+        elif type(item).__module__ == "numpy":
+            raise UsageProblem(
+                f"{where}: sample {index} is a numpy {type(item).__name__}; pass torch tensors "
+                "(torch.from_numpy(array)) inside a tuple of the op's arguments."
+            )
         else:
             raise UsageProblem(
                 f"{where}: sample {index} is a {type(item).__name__}; each sample must be a tuple "

@@ -68,10 +68,22 @@ def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):
             return value
         return value.to(device=device, copy=True)
 
+    def convert_or_explain(slot, value):
+        try:
+            return convert(slot, value)
+        except (RuntimeError, NotImplementedError, TypeError) as error:
+            from pytest_autograd.case import UsageProblem
+
+            raise UsageProblem(
+                f"argument `{case.arg_name(slot)}` ({value.device.type} tensor, {value.dtype}) cannot be copied to "
+                f"{device}{' as ' + str(dtype) if dtype else ''}: {error}. Build samples from real data on the CPU; "
+                "the plugin moves them to each device."
+            ) from None
+
     for position, value in enumerate(sample.args):
-        args.append(convert(position, value))
+        args.append(convert_or_explain(position, value))
     for key, value in sample.kwargs.items():
-        kwargs[key] = convert(key, value)
+        kwargs[key] = convert_or_explain(key, value)
     return Prepared(args, kwargs, slots, leaves, names)
 
 
@@ -181,8 +193,13 @@ _REQUIRES_GRAD_REFUSALS = ("cannot have requires_grad", "is not differentiable w
 
 
 def _constant_hint(message):
-    """torch refusing a tensor that requires grad usually means the argument is a constant."""
+    """Known torch messages, translated into what to change in the op or the marker."""
     if any(refusal in message for refusal in _REQUIRES_GRAD_REFUSALS):
         return ("every floating tensor argument is differentiated by default; declare the ones that are "
                 "constants on the marker, e.g. constants=('running_mean', 'running_var')")
+    if "incorrect number of gradients" in message:
+        return ("backward must return exactly one value per argument of forward (after ctx), in order: "
+                "a gradient for each tensor input, None for non-tensor or non-differentiable ones")
+    if "returned an invalid gradient" in message:
+        return "each gradient backward returns must have the shape (and dtype) of its input"
     return None

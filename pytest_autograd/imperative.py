@@ -39,9 +39,13 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
     allowed = set(CORE_OPTIONS)
     for name in names:
         allowed.update(getattr(registry.get(name), "options", {}) or {})
+    allowed -= {"op", "devices"}  # given as run_checks' own arguments
     bad = sorted(set(options) - allowed)
     if bad:
-        raise UsageProblem(f"unknown option(s) {', '.join(bad)}; known options are: {', '.join(sorted(allowed - {'op'}))}")
+        raise UsageProblem(
+            f"unknown option(s) {', '.join(bad)}; known options are: {', '.join(sorted(allowed))}. "
+            "To pass keyword arguments to the op, give samples=Sample(*args, **kwargs)."
+        )
     from pytest_autograd.case import Sample
 
     raw = samples if samples is not None else Sample(*args)
@@ -86,15 +90,18 @@ def fixture_runner(request):
     settings = request.config.stash[SETTINGS]
     registry = request.config.stash[REGISTRY]
 
-    def autograd_check(op, *args, reference=None, checks=None, **options):
+    def autograd_check(op, *args, reference=None, checks=None, devices=None, samples=None, **options):
+        problem = None
         try:
-            outcomes = run_checks(op, *args, reference=reference, checks=checks, devices=settings.devices,
+            outcomes = run_checks(op, *args, reference=reference, checks=checks or settings.checks,
+                                  devices=devices or settings.devices, samples=samples,
                                   seed=item_seed(settings.seed, request.node.nodeid), registry=registry, **options)
-        except UsageProblem as problem:
-            message = str(problem)
-            if not message.startswith("autograd_check:"):
-                message = f"autograd_check: {message}"
-            pytest.fail(message, pytrace=False)
+        except UsageProblem as raised:
+            problem = str(raised)
+        if problem is not None:
+            if not problem.startswith("autograd_check:"):
+                problem = f"autograd_check: {problem}"
+            pytest.fail(problem, pytrace=False)
         failed = [o for o in outcomes if o.status == "failed"]
         if failed:
             body = "\n\n".join(o.detail for o in failed)

@@ -60,12 +60,18 @@ def pytest_configure(config):
     registry = CheckRegistry()
     config.stash[SETTINGS] = settings
     config.stash[REGISTRY] = registry
-    config.stash[TALLY] = Tally()
+    config.stash[TALLY] = Tally(order=registry_order())
     config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
     if not config.pluginmanager.is_registered(builtin):
         config.pluginmanager.register(builtin, "autograd-builtin-checks")
     config.hook.pytest_autograd_register_checks.call_historic(kwargs={"registry": registry})
     settings.validate_checks(registry.names())
+
+
+def registry_order():
+    from pytest_autograd.builtin import builtin_check_names
+
+    return builtin_check_names()
 
 
 def pytest_report_header(config):
@@ -178,6 +184,22 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
+def pytest_collection_modifyitems(config, items):
+    """A misspelled marker would leave a buggy op untested and green: refuse it."""
+    import difflib
+
+    misspelled = {}
+    for item in items:
+        for mark in item.iter_markers():
+            if mark.name == MARKER:
+                continue
+            if mark.name.startswith("autograd") or difflib.SequenceMatcher(None, mark.name, MARKER).ratio() >= 0.8:
+                misspelled.setdefault(mark.name, item.nodeid)
+    if misspelled:
+        listed = "; ".join(f"@pytest.mark.{name} on {nodeid}" for name, nodeid in misspelled.items())
+        raise pytest.UsageError(f"unknown marker {listed}: did you mean @pytest.mark.{MARKER}(op=...)?")
+
+
 def pytest_runtest_setup(item):
     spec = item_spec(item)
     if spec is not None:
@@ -195,10 +217,13 @@ def autograd_device(request):
 
 @pytest.fixture
 def autograd_check(request):
-    """``autograd_check(op, *args, reference=None, checks=None, **options)``: run the checks imperatively.
+    """``autograd_check(op, *args, reference=None, checks=None, devices=None, samples=None, **options)``.
 
-    Runs on every configured device; fails the test with the same reports as
-    the marker. Returns the list of outcomes (check, device, status, detail).
+    Runs the checks imperatively on ``op(*args)`` (or on ``samples``, e.g.
+    ``Sample(x, w, bias=b)`` or a list of them, for keyword arguments), on
+    ``devices`` (default: --autograd-devices) with ``checks`` (default:
+    --autograd-checks, else all). Fails the test with the same reports as the
+    marker; returns the outcomes (check, device, status, detail).
     """
     from pytest_autograd.imperative import fixture_runner
 

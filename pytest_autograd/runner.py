@@ -38,6 +38,14 @@ def device_problem(device):
     return None
 
 
+def skip_here(reason):
+    """Skip the item, reported at the test's location rather than inside the plugin."""
+    try:
+        raise pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:  # a pytest without the keyword: a plain skip
+        pytest.skip(reason)
+
+
 def item_seed(base_seed, nodeid):
     return zlib.crc32(f"{base_seed}:{nodeid}".encode()) & 0x7FFFFFFF
 
@@ -68,10 +76,10 @@ def call_body(item, **overrides):
 def run_item(item, spec, settings, registry):
     problem = device_problem(spec.device)
     if problem:
-        pytest.skip(problem)
+        skip_here(problem)
     check = registry.get(spec.check)
     if not getattr(check, "default", True) and not spec.selected:
-        pytest.skip(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
+        skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
     seed = item_seed(settings.seed, item.nodeid)
     seed_everything(seed)
     mark = item.get_closest_marker(MARKER)
@@ -87,7 +95,7 @@ def run_item(item, spec, settings, registry):
                 break
         reason = check.applies(case, spec.device)
         if reason:
-            pytest.skip(reason)
+            skip_here(reason)
         execute(check, case, spec.device, seed, rerun_command(item, settings.seed, spec, check), where)
         problem = None
     except UsageProblem as raised:

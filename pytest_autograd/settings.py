@@ -10,8 +10,10 @@ _DEVICE = re.compile(r"^(?P<kind>[a-z]+)(:(?P<index>\d+))?$")
 
 OPTIONS = {
     # name: (help, ini default)
-    "devices": ("comma-separated devices to check on, e.g. cpu,cuda (CPU is the ground truth for parity)", "cpu"),
-    "checks": ("comma-separated checks to run (default: every check that applies)", ""),
+    "devices": ("comma-separated devices to check on, e.g. cpu,cuda (default: cpu; CPU is the ground truth "
+                "for parity)", "cpu"),
+    "checks": ("comma-separated checks to run (default: every default-on check that applies; opt-in checks "
+               "such as compile and bench run only when named here or in checks= on the marker)", ""),
     "seed": ("base seed; each item derives its own from it (default 0, or 'random')", "0"),
 }
 
@@ -42,8 +44,11 @@ def parse_devices(text, source):
     for device in devices:
         match = _DEVICE.match(device)
         if match is None or match.group("kind") not in DEVICE_TYPES:
+            from pytest_autograd.case import did_you_mean
+
             raise pytest.UsageError(
-                f"{source}: unknown device {device!r}; use one of {', '.join(DEVICE_TYPES)}, "
+                f"{source}: unknown device {device!r}{did_you_mean([device], DEVICE_TYPES)}; "
+                f"use one of {', '.join(DEVICE_TYPES)}, "
                 "optionally with an index such as cuda:1"
             )
     return list(dict.fromkeys(devices))
@@ -78,7 +83,9 @@ class Settings:
             return
         unknown = [name for name in self.checks if name not in known]
         if unknown:
+            from pytest_autograd.case import did_you_mean
+
             raise pytest.UsageError(
-                f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}; "
+                f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}{did_you_mean(unknown, known)}; "
                 f"known checks are: {', '.join(known)}"
             )

@@ -6,8 +6,10 @@ import pytest
 class Tally:
     """Counts outcomes of generated items from their reports (works under xdist)."""
 
-    def __init__(self):
+    def __init__(self, order=()):
         self.counts = {}  # (check, device) -> {outcome: n}
+        self.order = list(order)  # registry order, so rows read the same under xdist
+        self.absent = {}  # device -> reason, for devices asked for but not available
 
     def pytest_runtest_logreport(self, report):
         key = dict(report.user_properties).get("autograd")
@@ -15,6 +17,8 @@ class Tally:
             return
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             check, device = key.split("|", 1)
+            if report.skipped and isinstance(report.longrepr, tuple) and "was asked for but" in str(report.longrepr[2]):
+                self.absent.setdefault(device, str(report.longrepr[2]).replace("Skipped: ", ""))
             outcome = report.outcome
             per = self.counts.setdefault((check, device), {})
             per[outcome] = per.get(outcome, 0) + 1
@@ -26,7 +30,8 @@ class Tally:
     def pytest_terminal_summary(self, terminalreporter):
         if not self.counts:
             return
-        checks = list(dict.fromkeys(check for check, _ in self.counts))
+        seen = list(dict.fromkeys(check for check, _ in self.counts))
+        checks = [c for c in self.order if c in seen] + [c for c in seen if c not in self.order]
         devices = list(dict.fromkeys(device for _, device in self.counts))
         cells = {key: self._cell(per) for key, per in self.counts.items()}
         width = max(len(check) for check in checks + ["check"])
@@ -37,6 +42,8 @@ class Tally:
         for check in checks:
             row = [check.ljust(width)] + [cells.get((check, d), "-").ljust(w) for d, w in zip(devices, columns)]
             write("  ".join(row).rstrip())
+        for device, reason in self.absent.items():
+            terminalreporter.write_line(f"warning: {reason}: none of its items ran", yellow=True, bold=True)
 
     @staticmethod
     def _cell(per):

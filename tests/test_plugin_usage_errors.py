@@ -50,7 +50,7 @@ def test_unknown_check_on_the_command_line_is_a_usage_error_listing_known_checks
     result = run_pytest("--autograd-checks=gradcheck,gradchek")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "ERROR: --autograd-checks: unknown check(s) 'gradchek'; known checks are: gradcheck, gradgradcheck, "
+        "ERROR: --autograd-checks: unknown check(s) 'gradchek' (did you mean gradcheck?); known checks are: gradcheck, gradgradcheck, "
         "parity, reference*"])
 
 
@@ -88,16 +88,16 @@ def test_marker_mistakes_are_collection_errors_naming_the_fix(pytester, run_pyte
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=9)
     result.stdout.fnmatch_lines_random([
-        "*test_unknown_check.py::test_op: checks= names unknown check(s) 'gradchek'; "
+        "*test_unknown_check.py::test_op: checks= names unknown check(s) 'gradchek' (did you mean gradcheck?); "
         "known checks are: gradcheck, gradgradcheck, parity, reference*",
-        "*test_unknown_skip.py::test_op: skip= names unknown check(s) 'paritty'; known checks are: *",
+        "*test_unknown_skip.py::test_op: skip= names unknown check(s) 'paritty' (did you mean parity?); known checks are: *",
         "*test_unknown_device.py::test_op: devices=: unknown device 'gpu'; use one of cpu, cuda, *",
         "*test_missing_op.py::test_op: @pytest.mark.autograd_op needs op=..., the Function or callable to check.",
         "*test_op_not_callable.py::test_op: op=42 is not callable; pass an autograd.Function subclass, "
         "a function on tensors, or a torch.ops / torch.library.custom_op operator.",
         "*test_reference_not_callable.py::test_op: reference='F.linear' is not callable; "
         "pass a function with the op's signature.",
-        "*test_unknown_keyword.py::test_op: unknown @pytest.mark.autograd_op argument(s) atoll; "
+        "*test_unknown_keyword.py::test_op: unknown @pytest.mark.autograd_op argument(s) atoll (did you mean atol?); "
         "known arguments are: *atol*",
         "*test_bad_double_backward.py::test_op: double_backward= must be True or False, got 'no'.",
         "*test_negative_atol.py::test_op: atol= must be a non-negative number, got -1.",
@@ -320,3 +320,64 @@ def test_broken():
         '  rerun: pytest "test_raising.py::test_broken[[]gradcheck-cpu[]]" --autograd-seed=0',
     ])
     assert_no_traceback(result)
+
+
+def test_a_misspelled_marker_is_a_usage_error_instead_of_a_silent_pass(pytester, run_pytest):
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        @pytest.mark.autograd_ops(op=torch.exp)
+        def test_exp():
+            return (torch.randn(3),)
+        """
+    )
+    result = run_pytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown marker @pytest.mark.autograd_ops on *test_exp: did you mean @pytest.mark.autograd_op(op=...)?"])
+
+
+def test_an_autograd_function_instance_as_op_names_the_class_to_pass(pytester, run_pytest):
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        class Double(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        @pytest.mark.autograd_op(op=Double())
+        def test_double():
+            return (torch.randn(3),)
+        """
+    )
+    result = run_pytest()
+    result.stdout.fnmatch_lines(["*op=Double() is an instance; pass the autograd.Function class itself: op=Double.*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_a_misspelled_check_name_gets_a_suggestion(pytester, run_pytest):
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run_pytest("--autograd-checks=gradchek")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown check(s) 'gradchek' (did you mean gradcheck?)*"])
+
+
+def test_a_flat_list_of_tensors_is_refused_as_ambiguous(pytester, run_pytest):
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        @pytest.mark.autograd_op(op=torch.nn.functional.linear, checks=["gradcheck"])
+        def test_linear():
+            return [torch.randn(2, 3), torch.randn(4, 3), torch.randn(4)]
+        """
+    )
+    result = run_pytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*returned a list of 3 tensors, which is ambiguous; return a tuple*"])

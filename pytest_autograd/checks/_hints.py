@@ -3,8 +3,12 @@
 import math
 
 
-def derivative_hint(error):
+def derivative_hint(error, has_backward=True):
     expected, got = error.expected, error.got
+    if error.argument_grad_all_zero and error.numerical_nonzero and not has_backward:
+        return (f"autograd sees no dependence of the output on `{error.argument}`: the op computes it outside "
+                "the graph (.detach(), .data, .item(), numpy, or a kernel without autograd support); "
+                f"if `{error.argument}` is a constant, declare it: constants=('{error.argument}',) on the marker")
     if error.argument_grad_all_zero and error.numerical_nonzero:
         return (f"backward returns no gradient (None or zeros) for `{error.argument}` although the output "
                 "depends on it: check the order of the gradients backward returns and ctx.needs_input_grad indexing; "

@@ -159,8 +159,13 @@ def _report(context, dtype, k, violations, op_truth, ref_truth):
         maths = next((normwise_error(p.expected, p.got).value for p in paired_tensors(ref_truth, op_truth)
                       if p.label == worst.pair.label), 0.0)
         if maths > floor(torch.float32):
-            details.append(f"the op in float64 already differs from the reference in float64 by {fmt(maths)}: "
-                           "a difference in the maths, not in precision (see the reference check)")
+            # A maths error is the reference check's (and gradcheck's) to report; failing here too
+            # would blame precision for it.
+            from pytest_autograd.runner import skip_here
+
+            skip_here(f"the op differs from the reference even in float64 (by {fmt(maths)} in "
+                      f"{worst.pair.label}): a maths error, which the reference check reports; precision is "
+                      "judged only once the maths agree")
     context.fail(summary, dtype=name, worst=error.worst(worst.pair.label), error=line, details=details,
                  hint=_hint(dtype, error.value), **worst.pair.fields)
 
