@@ -85,14 +85,7 @@ def run_item(item, spec, settings, registry):
     mark = item.get_closest_marker(MARKER)
     where = item.nodeid
     try:
-        samples = normalise_samples(call_body(item), where)
-        case = build_case(mark.kwargs, samples)
-        case.config = item.config
-        case.factory = lambda **overrides: normalise_samples(call_body(item, **overrides), where)
-        for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
-            if adjusted is not None:
-                case.samples = normalise_samples(adjusted, where)
-                break
+        case = _build_case_once_per_test(item, mark, spec, where)
         reason = check.applies(case, spec.device)
         if reason:
             skip_here(reason)
@@ -102,6 +95,35 @@ def run_item(item, spec, settings, registry):
         problem = str(raised)
     if problem is not None:
         pytest.fail(problem, pytrace=False)
+
+
+SAMPLE_PROBLEMS = pytest.StashKey()
+
+
+def _build_case_once_per_test(item, mark, spec, where):
+    """The OpCase from the test body; a body that gives no usable samples fails one item only.
+
+    The other items of the same test are skipped pointing at that failure,
+    instead of repeating it once per check and device.
+    """
+    problems = item.config.stash.setdefault(SAMPLE_PROBLEMS, {})
+    params = {k: v for k, v in item.callspec.params.items() if not k.startswith("_autograd")}
+    key = (item.parent.nodeid if item.parent else "", item.originalname, repr(sorted(params.items(), key=str)))
+    if key in problems:
+        skip_here(f"the test body's samples are unusable: see the failure of {problems[key]}")
+    try:
+        samples = normalise_samples(call_body(item), where)
+        case = build_case(mark.kwargs, samples)
+    except UsageProblem:
+        problems[key] = item.nodeid
+        raise
+    case.config = item.config
+    case.factory = lambda **overrides: normalise_samples(call_body(item, **overrides), where)
+    for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
+        if adjusted is not None:
+            case.samples = normalise_samples(adjusted, where)
+            break
+    return case
 
 
 def execute(check, case, device, seed, rerun=None, nodeid=None):

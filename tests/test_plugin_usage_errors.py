@@ -381,3 +381,21 @@ def test_a_flat_list_of_tensors_is_refused_as_ambiguous(pytester, run_pytest):
     result = run_pytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*returned a list of 3 tensors, which is ambiguous; return a tuple*"])
+
+
+def test_a_body_without_samples_fails_once_and_its_other_items_point_at_that_failure(pytester, run_pytest):
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        @pytest.mark.autograd_op(op=torch.exp, checks=["gradcheck", "gradgradcheck", "reference"])
+        def test_exp():
+            x = torch.randn(3)
+        """
+    )
+    result = run_pytest("-rs")
+    result.assert_outcomes(failed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*the test body returned None*",
+        "SKIPPED [[]2[]] *the test body's samples are unusable: see the failure of *test_exp[[]gradcheck-cpu[]]",
+    ])
