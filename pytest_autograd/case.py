@@ -1,12 +1,12 @@
-"""OpCase and Sample: normalising what the user's marker and test body gave.
+"""OpCase and Sample: what the marker's op and the test body's samples become.
 
-Everything here is validation with messages that name the mistake and the
-fix, so that bad input never surfaces as a traceback from inside torch.
-This module imports torch only inside functions.
+Samples are validated here with messages that name the mistake and the fix,
+so that bad input never surfaces as a traceback from inside torch. The
+marker's own arguments are validated in ``marker``. This module imports
+torch only inside functions.
 """
 
 import inspect
-import re
 from dataclasses import dataclass, field
 
 
@@ -157,116 +157,6 @@ def is_once_differentiable(op):
     if code is None:
         return False
     return code.co_name == "wrapper" and code.co_filename.replace("\\", "/").endswith("torch/autograd/function.py")
-
-
-def validate_marker(mark, known_options, known_checks, where):
-    """Check the marker's own arguments; raise UsageProblem naming the fix."""
-    if mark.args:
-        first = mark.args[0]
-        raise UsageProblem(
-            f"{where}: @pytest.mark.autograd_op takes the op as a keyword argument; "
-            f"write @pytest.mark.autograd_op(op={op_display_name(first)}, ...) "
-            f"(got {len(mark.args)} positional argument(s))."
-        )
-    unknown = sorted(set(mark.kwargs) - set(known_options))
-    if unknown:
-        raise UsageProblem(
-            f"{where}: unknown @pytest.mark.autograd_op argument(s) {', '.join(unknown)}"
-            f"{did_you_mean(unknown, known_options)}; known arguments are: {', '.join(sorted(known_options))}."
-        )
-    if "op" not in mark.kwargs or mark.kwargs["op"] is None:
-        raise UsageProblem(f"{where}: @pytest.mark.autograd_op needs op=..., the Function or callable to check.")
-    op = mark.kwargs["op"]
-    if _is_function_instance(op):
-        raise UsageProblem(
-            f"{where}: op={type(op).__name__}() is an instance; pass the autograd.Function class itself: "
-            f"op={type(op).__name__}."
-        )
-    if not callable(op):
-        raise UsageProblem(
-            f"{where}: op={op!r} is not callable; pass an autograd.Function subclass, "
-            "a function on tensors, or a torch.ops / torch.library.custom_op operator."
-        )
-    reference = mark.kwargs.get("reference")
-    if reference is not None and not callable(reference):
-        raise UsageProblem(f"{where}: reference={reference!r} is not callable; pass a function with the op's signature.")
-    for option in ("checks", "skip"):
-        names = mark.kwargs.get(option)
-        if names is None:
-            continue
-        names = [names] if isinstance(names, str) else list(names)
-        bad = [name for name in names if name not in known_checks]
-        if bad:
-            raise UsageProblem(
-                f"{where}: {option}= names unknown check(s) {', '.join(map(repr, bad))}"
-                f"{did_you_mean(bad, known_checks)}; "
-                f"known checks are: {', '.join(known_checks)}."
-            )
-    double_backward = mark.kwargs.get("double_backward", True)
-    if not isinstance(double_backward, bool):
-        raise UsageProblem(f"{where}: double_backward= must be True or False, got {double_backward!r}.")
-    for option in ("atol", "rtol"):
-        value = mark.kwargs.get(option)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise UsageProblem(f"{where}: {option}= must be a non-negative number, got {value!r}.")
-
-
-POSITIONAL_OP = re.compile(r"^[ \t]*@[\w.]*autograd_op\(\s*([A-Za-z_][\w.]*)\s*[,)]", re.MULTILINE)
-
-
-def positional_op_message(where, op_name, test_name="the test function"):
-    return (
-        f"{where}: @pytest.mark.autograd_op({op_name}) passes the op positionally. pytest then treats the "
-        f"marker as a decorator applied to {op_name} and calls {op_name}({test_name}) in place of the test, so "
-        f"the test silently vanishes (or the op runs at import). Write @pytest.mark.autograd_op(op={op_name})."
-    )
-
-
-def swallowed_test(obj):
-    """True when ``obj``, found under a test's name, is what ``@autograd_op(Op)`` left in its place.
-
-    pytest calls ``Op(test_function)``: for a Function subclass that is an
-    instance of it, carrying the mark pytest stored on the class.
-    """
-    if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
-        return False
-    for klass in type(obj).__mro__:
-        if klass.__name__ == "Function" and klass.__module__ == "torch.autograd.function":
-            return True
-    try:
-        marks = getattr(type(obj), "pytestmark", None)
-    except Exception:
-        return False
-    return isinstance(marks, list) and any(getattr(mark, "name", None) == "autograd_op" for mark in marks)
-
-
-def positional_ops_in_source(path):
-    """(line, op name) of each ``@...autograd_op(Op)`` decorator in the file at ``path``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError):
-        return []
-    return [(text.count("\n", 0, match.start()) + 1, match.group(1)) for match in POSITIONAL_OP.finditer(text)]
-
-
-def did_you_mean(unknown, known):
-    """' (did you mean X?)' for the closest known names, or ''."""
-    import difflib
-
-    lowered = {name.lower(): name for name in known}
-    guesses = []
-    for name in unknown:
-        match = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=0.7)
-        if match:
-            guesses.append(lowered[match[0]])
-    return f" (did you mean {', '.join(dict.fromkeys(guesses))}?)" if guesses else ""
-
-
-def _is_function_instance(op):
-    """An instance of an autograd.Function subclass, found without importing torch."""
-    return not inspect.isclass(op) and any(
-        cls.__name__ == "Function" and cls.__module__.startswith("torch.autograd") for cls in type(op).__mro__
-    )
 
 
 def normalise_samples(returned, where):

@@ -9,10 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_autograd import builtin, hookspecs
-from pytest_autograd.case import (
-    CORE_OPTIONS,
-    UsageProblem,
-    op_display_name,
+from pytest_autograd.case import CORE_OPTIONS, UsageProblem, op_display_name
+from pytest_autograd.marker import (
     positional_op_message,
     positional_ops_in_source,
     swallowed_test,

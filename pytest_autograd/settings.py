@@ -44,7 +44,7 @@ def parse_devices(text, source):
     for device in devices:
         match = _DEVICE.match(device)
         if match is None or match.group("kind") not in DEVICE_TYPES:
-            from pytest_autograd.case import did_you_mean
+            from pytest_autograd.marker import did_you_mean
 
             raise pytest.UsageError(
                 f"{source}: unknown device {device!r}{did_you_mean([device], DEVICE_TYPES)}; "
@@ -83,7 +83,7 @@ class Settings:
             return
         unknown = [name for name in self.checks if name not in known]
         if unknown:
-            from pytest_autograd.case import did_you_mean
+            from pytest_autograd.marker import did_you_mean
 
             raise pytest.UsageError(
                 f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}{did_you_mean(unknown, known)}; "
