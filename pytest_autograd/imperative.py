@@ -3,13 +3,10 @@
 from dataclasses import dataclass
 
 import pytest
-import torch
 
 from pytest_autograd.case import CORE_OPTIONS, UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
-from pytest_autograd.execution import OpRaised, op_failure
-from pytest_autograd.report import CheckFailure
-from pytest_autograd.runner import device_problem, item_seed
+from pytest_autograd.runner import device_problem, item_seed, run_check
 
 
 @dataclass
@@ -66,21 +63,15 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
                 outcomes.append(Outcome(name, device, "skipped", reason))
                 continue
             check_seed = item_seed(seed, f"{name}-{device}")
-            context = CheckContext(name, case, device, check_seed)
             try:
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(check_seed)
-                    check.run(context)
-            except CheckFailure as failure:
-                outcomes.append(Outcome(name, device, "failed", failure.report.render()))
-            except OpRaised as raised:
-                failure = op_failure(name, raised, context, sample=context.sample_index)
-                failure.report.seed = check_seed
-                outcomes.append(Outcome(name, device, "failed", failure.report.render()))
+                failure = run_check(check, CheckContext(name, case, device, check_seed), reseed=True)
             except pytest.skip.Exception as skipped:
                 outcomes.append(Outcome(name, device, "skipped", str(skipped.msg)))
-            else:
+                continue
+            if failure is None:
                 outcomes.append(Outcome(name, device, "passed"))
+            else:
+                outcomes.append(Outcome(name, device, "failed", failure.report.render()))
     return outcomes
 
 

@@ -1,6 +1,5 @@
 """Running one generated item: device, seed, samples, applies, run, report."""
 
-import inspect
 import zlib
 
 import pytest
@@ -64,10 +63,6 @@ def rerun_command(item, base_seed, spec=None, check=None):
     return command
 
 
-def seed_everything(seed):
-    torch.manual_seed(seed)
-
-
 def call_body(item, **overrides):
     names = item._fixtureinfo.argnames
     return item.obj(**{**{name: item.funcargs[name] for name in names}, **overrides})
@@ -81,7 +76,7 @@ def run_item(item, spec, settings, registry):
     if not getattr(check, "default", True) and not spec.selected:
         skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
     seed = item_seed(settings.seed, item.nodeid)
-    seed_everything(seed)
+    torch.manual_seed(seed)
     mark = item.get_closest_marker(MARKER)
     where = item.nodeid
     try:
@@ -128,20 +123,34 @@ def _build_case_once_per_test(item, mark, spec, where):
 
 def execute(check, case, device, seed, rerun=None, nodeid=None):
     """Run ``check``; turn failures into a rendered pytest failure."""
-    context = CheckContext(check.name, case, device, seed)
-    failure = None
-    try:
-        with torch.random.fork_rng(devices=_cuda_devices(device)):
-            check.run(context)
-    except CheckFailure as raised:
-        failure = raised
-    except OpRaised as raised:
-        failure = op_failure(check.name, raised, context, sample=context.sample_index)
+    failure = run_check(check, CheckContext(check.name, case, device, seed))
     if failure is not None:
         _fail(failure, rerun, nodeid, seed)
 
 
-def _cuda_devices(device):
+def run_check(check, context, reseed=False):
+    """Run ``check`` without disturbing the caller's RNG state; return its CheckFailure or None.
+
+    An op that raised becomes a failure naming the user's frame. ``reseed``
+    seeds torch with the context's seed first (the marker path seeded it
+    before calling the test body).
+    """
+    try:
+        with torch.random.fork_rng(devices=cuda_devices(context.device)):
+            if reseed:
+                torch.manual_seed(context.seed)
+            check.run(context)
+    except CheckFailure as raised:
+        return raised
+    except OpRaised as raised:
+        failure = op_failure(check.name, raised, context, sample=context.sample_index)
+        failure.report.seed = context.seed
+        return failure
+    return None
+
+
+def cuda_devices(device):
+    """The CUDA device indices whose RNG state fork_rng must save for ``device``."""
     if device.startswith("cuda") and torch.cuda.is_available():
         return [torch.device(device).index or 0]
     return []
@@ -156,4 +165,4 @@ def _fail(failure, rerun, nodeid, seed=None):
     pytest.fail(report.render(), pytrace=False)
 
 
-__all__ = ["run_item", "execute", "device_problem", "inspect"]
+__all__ = ["run_item", "execute", "run_check", "cuda_devices", "device_problem"]

@@ -200,7 +200,7 @@ def verdict(op_on_cpu, op_on_device, *args):
     try:
         for _ in context.samples():
             compare_runs(context, (cpu, context.run_op(cpu)), (device, context.run_op(device, fn=op_on_device)),
-                         expected_label="cpu", got_label="cuda", dtype_label=None)
+                         expected_label="cpu", got_label="cuda")
     except CheckFailure as failure:
         return failure.report
     return None

@@ -26,12 +26,6 @@ class Call:
     outputs: list
 
 
-def call_exact(case, prepared, leaves=None, fn=None):
-    """Call the op on fresh clones of the leaves, keeping the tensors it was given."""
-    args, kwargs = prepared.call_args(leaves)
-    return call_with(case, args, kwargs, fn)
-
-
 def call_with(case, args, kwargs, fn=None):
     """Call the op (or ``fn``) on exactly these arguments."""
     try:

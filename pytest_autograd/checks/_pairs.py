@@ -7,7 +7,7 @@ get the same cotangent, so gradients are comparable element by element.
 from pytest_autograd.execution import grads_of, output_label, random_cotangents
 
 
-def compare_runs(context, expected_side, got_side, expected_label, got_label, dtype_label):
+def compare_runs(context, expected_side, got_side, expected_label, got_label):
     """Each side: (prepared, outputs). Fails on the first differing output or gradient."""
     (expected_prepared, expected_outputs), (got_prepared, got_outputs) = expected_side, got_side
     if len(expected_outputs) != len(got_outputs):

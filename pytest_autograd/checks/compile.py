@@ -70,7 +70,7 @@ class Compile(Check):
                 _fail_raised(context, label, raised.error, sample_breaks, fullgraph)
             try:
                 compare_runs(context, (eager, context.run_op(eager)), (compiled, got),
-                             expected_label="eager", got_label=label, dtype_label=None)
+                             expected_label="eager", got_label=label)
             except CheckFailure as failure:
                 failure.report.hint = failure.report.hint or MISMATCH_HINT
                 failure.report.details.extend(f"graph break: {b}" for b in sample_breaks)

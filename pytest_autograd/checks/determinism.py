@@ -101,10 +101,11 @@ def _item(value):
 
 def _same_when_reseeded(context, prepared, cotangents):
     """True when reseeding torch's RNG before each run makes the two runs agree."""
-    devices = [torch.device(context.device).index or 0] if context.device.startswith("cuda") else []
+    from pytest_autograd.runner import cuda_devices
+
     runs = []
     for _ in range(2):
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=cuda_devices(context.device)):
             torch.manual_seed(context.seed)
             runs.append(_run(context, prepared, cotangents)[0])
     return all(largest == 0 for _, largest, *_ in _differences(*runs))

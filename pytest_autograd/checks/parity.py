@@ -29,14 +29,15 @@ class Parity(Check):
                 (on_device, context.run_op(on_device)),
                 expected_label="cpu",
                 got_label=context.device,
-                dtype_label=None,
             )
 
 
 def _requested_devices(case):
     devices = case.options.get("devices")
     if devices:
-        return [devices] if isinstance(devices, str) else list(devices)
+        from pytest_autograd.settings import parse_devices
+
+        return parse_devices(devices if isinstance(devices, str) else ",".join(devices), "devices=")
     if case.config is not None:
         from pytest_autograd.plugin import SETTINGS
 
