@@ -17,6 +17,26 @@ def is_differentiable_dtype(tensor):
     return isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
 
 
+def floating_tensors(sample):
+    """The sample's floating-point tensor arguments, positional then keyword."""
+    return [value for value in list(sample.args) + list(sample.kwargs.values()) if is_differentiable_dtype(value)]
+
+
+def floating_dtype(sample):
+    """The dtype of the sample's first floating tensor (None without one)."""
+    found = floating_tensors(sample)
+    return found[0].dtype if found else None
+
+
+def has_floating_input(case):
+    return any(floating_tensors(sample) for sample in case.samples)
+
+
+def differentiable_indices(outputs):
+    """Positions of the outputs that carry a gradient: floating and attached to the graph."""
+    return [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
+
+
 @dataclass
 class Prepared:
     """A sample made ready for one run: leaves plus the fixed arguments around them."""

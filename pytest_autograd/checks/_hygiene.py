@@ -43,15 +43,6 @@ def tensor_arguments(case, args, kwargs):
     return found
 
 
-def floating_tensor_count(sample):
-    return sum(1 for value in list(sample.args) + list(sample.kwargs.values())
-               if isinstance(value, torch.Tensor) and value.is_floating_point())
-
-
-def differentiable_indices(outputs):
-    return [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
-
-
 def backward(outputs, leaves, cotangents, retain_graph=None):
     """Gradients of the leaves (zeros where unused); OpRaised when backward raises."""
     return grads_of(outputs, leaves, cotangents, retain_graph=retain_graph)

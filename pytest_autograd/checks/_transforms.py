@@ -207,8 +207,3 @@ def unsupported_dtype(raised):
     """True when an op's exception says the dtype has no kernel on this device."""
     text = str(raised.error)
     return "not implemented for" in text and ("'Half'" in text or "'BFloat16'" in text)
-
-
-def floating_dtype_of(sample):
-    return next((v.dtype for v in list(sample.args) + list(sample.kwargs.values())
-                 if isinstance(v, torch.Tensor) and v.is_floating_point()), None)

@@ -8,7 +8,7 @@ built-in ones.
 import torch
 
 from pytest_autograd.compare import Mismatch, compare_tensors, tolerance_for
-from pytest_autograd.execution import OpRaised, prepare, run_op
+from pytest_autograd.execution import OpRaised, floating_dtype, prepare, run_op
 from pytest_autograd.report import CheckFailure, Report
 
 
@@ -54,7 +54,7 @@ class CheckContext:
         self.sample_index = None
 
     def prepare(self, sample, device=None, dtype=None, **kwargs):
-        self.dtype = dtype or _floating_dtype(sample)
+        self.dtype = dtype or floating_dtype(sample)
         return prepare(self.case, sample, device or self.device, dtype=dtype, **kwargs)
 
     def run_op(self, prepared, leaves=None, fn=None):
@@ -95,13 +95,6 @@ def check_stream_seed(seed):
     passes; ReLU's cotangent is negative only where its gradient is zero).
     """
     return (seed * 0x9E3779B1 + 0x7F4A7C15) % (2**63 - 1)
-
-
-def _floating_dtype(sample):
-    for value in list(sample.args) + list(sample.kwargs.values()):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return value.dtype
-    return None
 
 
 __all__ = ["Check", "CheckContext", "CheckFailure", "OpRaised"]

@@ -25,9 +25,8 @@ from pytest_autograd.checks._transforms import (
     unsupported_dtype,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.compare import fmt, fmt_index
-from pytest_autograd.execution import OpRaised
+from pytest_autograd.execution import OpRaised, has_floating_input
 
 
 def magnitudes(dtype):

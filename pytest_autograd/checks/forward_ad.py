@@ -13,9 +13,8 @@ import torch.autograd.forward_ad as fwAD
 from pytest_autograd.checks._derivatives import ATOL, EPS, RTOL
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
-from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.compare import compare_tensors, fmt
-from pytest_autograd.execution import OpRaised, grads_of, output_label
+from pytest_autograd.execution import OpRaised, grads_of, has_floating_input, output_label
 
 
 class ForwardAD(Check):

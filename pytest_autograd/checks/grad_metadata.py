@@ -20,8 +20,7 @@ import torch
 
 from pytest_autograd.checks._hygiene import HygieneWarning, call_with, function_node
 from pytest_autograd.checks.base import Check
-from pytest_autograd.checks.gradcheck import has_floating_input
-from pytest_autograd.execution import OpRaised, grads_of, random_cotangents
+from pytest_autograd.execution import OpRaised, grads_of, has_floating_input, random_cotangents
 
 FINGERPRINT_MIN_ELEMENTS = 4  # non-zero gradient elements needed before the float32 fingerprint counts
 

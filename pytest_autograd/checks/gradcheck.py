@@ -15,15 +15,7 @@ from pytest_autograd.checks._derivatives import (
 )
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import output_label
-
-
-def has_floating_input(case):
-    return any(
-        isinstance(value, torch.Tensor) and value.is_floating_point()
-        for sample in case.samples
-        for value in list(sample.args) + list(sample.kwargs.values())
-    )
+from pytest_autograd.execution import has_floating_input, output_label
 
 
 class GradCheck(Check):

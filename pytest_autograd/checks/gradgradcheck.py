@@ -16,8 +16,7 @@ from pytest_autograd.checks._derivatives import (
     marker_tolerances,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.checks.gradcheck import has_floating_input
-from pytest_autograd.execution import OpRaised, output_label, random_cotangents
+from pytest_autograd.execution import OpRaised, has_floating_input, output_label, random_cotangents
 
 NOT_DIFFERENTIABLE_HINT = (
     "backward is not differentiable w.r.t. `{name}`: it likely uses detached tensors (.detach(), .data, "

@@ -30,9 +30,8 @@ from pytest_autograd.checks._transforms import (
     unsupported_dtype,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.checks.gradcheck import has_floating_input
 from pytest_autograd.compare import fmt
-from pytest_autograd.execution import OpRaised
+from pytest_autograd.execution import OpRaised, has_floating_input
 
 FLOOR_ULPS = 8  # the budget's floor, in units of the dtype's eps
 TOLERANCES = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}

@@ -10,9 +10,9 @@ shared cotangent.
 
 from itertools import combinations
 
-from pytest_autograd.checks._hygiene import backward, floating_tensor_count, quoted
+from pytest_autograd.checks._hygiene import backward, quoted
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, output_label, random_cotangents
+from pytest_autograd.execution import OpRaised, floating_tensors, output_label, random_cotangents
 
 ALL_SUBSETS_UP_TO = 4  # differentiable inputs; beyond this a covering set of subsets
 
@@ -40,7 +40,7 @@ class RequiresGrad(Check):
     description = "forward and backward are right for every subset of inputs requiring grad (ctx.needs_input_grad)"
 
     def applies(self, case, device):
-        if not any(floating_tensor_count(sample) >= 2 for sample in case.samples):
+        if not any(len(floating_tensors(sample)) >= 2 for sample in case.samples):
             return "the op has fewer than two floating-point tensor arguments: there is no subset of inputs to vary"
         return None
 

@@ -18,10 +18,15 @@ handle that too.
 import pytest
 import torch
 
-from pytest_autograd.checks._hygiene import backward, differentiable_indices
+from pytest_autograd.checks._hygiene import backward
 from pytest_autograd.checks.base import Check
-from pytest_autograd.checks.gradcheck import has_floating_input
-from pytest_autograd.execution import OpRaised, output_label, random_cotangents
+from pytest_autograd.execution import (
+    OpRaised,
+    differentiable_indices,
+    has_floating_input,
+    output_label,
+    random_cotangents,
+)
 
 NONE_HINT = ("with ctx.set_materialize_grads(False), backward receives None for every output whose gradient is "
              "undefined: test `if grad is None` and use zeros (or skip that term); or drop "

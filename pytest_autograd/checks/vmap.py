@@ -10,9 +10,9 @@ unbatched (``None`` in in_dims), then all together; outputs and, through
 
 import torch
 
-from pytest_autograd.checks._transforms import floating_dtype_of, overrides
+from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, flatten_outputs, grads_of, output_label
+from pytest_autograd.execution import OpRaised, flatten_outputs, floating_dtype, grads_of, output_label
 
 BATCH = 3
 SETUP_CONTEXT_HINT = ("torch.func transforms need the setup_context style: forward(*inputs) without ctx, plus "
@@ -45,7 +45,7 @@ class Vmap(Check):
                          hint=SETUP_CONTEXT_HINT)
         for index, sample in context.samples():
             examples = _examples(sample, context.device, context.generator)
-            context.dtype = floating_dtype_of(sample)
+            context.dtype = floating_dtype(sample)
             for where, in_dims in _configurations(sample, case):
                 _check_outputs(context, sample, examples, where, in_dims)
                 _check_vjp(context, sample, examples, where, in_dims)
