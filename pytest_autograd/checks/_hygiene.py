@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.execution import OpRaised, flatten_outputs, grads_of
+from pytest_autograd.execution import OpRaised, flatten_outputs
 
 
 class HygieneWarning(UserWarning):
@@ -41,11 +41,6 @@ def tensor_arguments(case, args, kwargs):
              if isinstance(value, torch.Tensor)]
     found += [(key, key, value) for key, value in kwargs.items() if isinstance(value, torch.Tensor)]
     return found
-
-
-def backward(outputs, leaves, cotangents, retain_graph=None):
-    """Gradients of the leaves (zeros where unused); OpRaised when backward raises."""
-    return grads_of(outputs, leaves, cotangents, retain_graph=retain_graph)
 
 
 def max_difference(a, b):

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from pytest_autograd.case import UsageProblem
-from pytest_autograd.checks._hygiene import backward, max_difference
+from pytest_autograd.checks._hygiene import max_difference
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import fmt, fmt_index
-from pytest_autograd.execution import output_label, random_cotangents
+from pytest_autograd.execution import grads_of, output_label, random_cotangents
 
 
 class Determinism(Check):
@@ -68,7 +68,7 @@ def _run(context, prepared, cotangents):
         cotangents = random_cotangents(outputs, context.generator)
     grads = []
     if prepared.leaves and any(out.requires_grad for out in outputs):
-        grads = backward(outputs, prepared.leaves, cotangents)
+        grads = grads_of(outputs, prepared.leaves, cotangents)
     named = [(output_label(k, len(outputs)), out.detach()) for k, out in enumerate(outputs)]
     named += [(f"gradient w.r.t. `{name}`", grad.detach()) for name, grad in zip(prepared.names, grads)]
     return named, cotangents

@@ -26,7 +26,6 @@ import torch
 
 from pytest_autograd.checks._hygiene import (
     HygieneWarning,
-    backward,
     call_with,
     describe,
     fmt_bytes,
@@ -36,7 +35,7 @@ from pytest_autograd.checks._hygiene import (
     tensor_arguments,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import output_label, random_cotangents
+from pytest_autograd.execution import grads_of, output_label, random_cotangents
 
 SAVE_HINT = ("save tensors the backward needs with ctx.save_for_backward(...) and read them back with "
              "ctx.saved_tensors; keep only non-tensors (shapes, flags, numbers) as ctx attributes")
@@ -127,7 +126,7 @@ def _run_and_drop(context, prepared, probe):
     # the graph rightly keeps what forward saved until the outputs are dropped, which is no leak.
     ran_backward = prepared.leaves and any(out.requires_grad and c is not None for out, c in zip(outputs, cotangents))
     if ran_backward:
-        backward(outputs, prepared.leaves, cotangents)
+        grads_of(outputs, prepared.leaves, cotangents)
     del call, args, kwargs, arguments, cotangents, node
     if ran_backward:
         probe.held_after_backward = [name for name, ref, _ in inputs if ref() is not None]

@@ -9,10 +9,10 @@ branch), so writing into it corrupts someone else's data.
 
 import inspect
 
-from pytest_autograd.checks._hygiene import backward, call_with, changed_elements, tensor_arguments
+from pytest_autograd.checks._hygiene import call_with, changed_elements, tensor_arguments
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import fmt, fmt_index
-from pytest_autograd.execution import output_label, random_cotangents
+from pytest_autograd.execution import grads_of, output_label, random_cotangents
 
 
 class Mutation(Check):
@@ -37,7 +37,7 @@ class Mutation(Check):
             cotangents = random_cotangents(call.outputs, context.generator)
             cotangent_snapshots = [None if c is None else _snapshot(c) for c in cotangents]
             if prepared.leaves and any(out.requires_grad for out in call.outputs):
-                backward(call.outputs, prepared.leaves, cotangents)
+                grads_of(call.outputs, prepared.leaves, cotangents)
             grad_names = backward_argument_names(case, len(call.outputs))
             for k, (cotangent, snapshot) in enumerate(zip(cotangents, cotangent_snapshots)):
                 if cotangent is None:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from pytest_autograd.checks._hygiene import backward, call_with, tensor_arguments
+from pytest_autograd.checks._hygiene import call_with, tensor_arguments
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import compare_tensors
-from pytest_autograd.execution import OpRaised, output_label, random_cotangents
+from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
 
 HINT = ("the kernel reads memory as if the tensor were contiguous: call .contiguous() on inputs (and on "
         "grad_output in backward) before handing them to a kernel, or index with the tensor's strides")
@@ -213,7 +213,7 @@ def _run(context, plan, laid_slots, cotangents, laid_cotangent=False):
             if laid_cotangent and plan.cotangent(cotangent) is not None:
                 cotangent = plan.cotangent(cotangent)
         fresh.append(cotangent)
-    grads = backward(outputs, plan.sources, fresh) if plan.sources else []
+    grads = grads_of(outputs, plan.sources, fresh) if plan.sources else []
     return outputs, grads
 
 

@@ -10,9 +10,9 @@ shared cotangent.
 
 from itertools import combinations
 
-from pytest_autograd.checks._hygiene import backward, quoted
+from pytest_autograd.checks._hygiene import quoted
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, floating_tensors, output_label, random_cotangents
+from pytest_autograd.execution import OpRaised, floating_tensors, grads_of, output_label, random_cotangents
 
 ALL_SUBSETS_UP_TO = 4  # differentiable inputs; beyond this a covering set of subsets
 
@@ -52,7 +52,7 @@ class RequiresGrad(Check):
             outputs = context.run_op(full)
             cotangents = random_cotangents(outputs, context.generator)
             try:
-                expected = dict(zip(full.slots, backward(outputs, full.leaves, cotangents)))
+                expected = dict(zip(full.slots, grads_of(outputs, full.leaves, cotangents)))
             except OpRaised as raised:
                 _fail_raised(context, raised, "when every floating input requires grad",
                              [f"requiring grad: {', '.join(full.names)}"])
@@ -82,7 +82,7 @@ class RequiresGrad(Check):
         if not names:
             return
         try:
-            grads = backward(got_outputs, prepared.leaves, cotangents)
+            grads = grads_of(got_outputs, prepared.leaves, cotangents)
         except OpRaised as raised:
             _fail_raised(context, raised, situation, details)
         for name, slot, grad in zip(names, prepared.slots, grads):

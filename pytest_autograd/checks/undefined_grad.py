@@ -18,9 +18,9 @@ handle that too.
 import pytest
 import torch
 
-from pytest_autograd.checks._hygiene import backward
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import (
+    grads_of,
     OpRaised,
     differentiable_indices,
     has_floating_input,
@@ -78,10 +78,10 @@ class UndefinedGrad(Check):
                      f"{'its gradient' if len(unused) == 1 else 'their gradients'} undefined)")
         expected_outputs = context.run_op(prepared)
         zeros = [c if k in kept or c is None else torch.zeros_like(c) for k, c in enumerate(cotangents)]
-        expected = backward(expected_outputs, prepared.leaves, zeros)
+        expected = grads_of(expected_outputs, prepared.leaves, zeros)
         outputs = context.run_op(prepared)
         try:
-            got = backward([outputs[k] for k in kept], prepared.leaves, [cotangents[k] for k in kept])
+            got = grads_of([outputs[k] for k in kept], prepared.leaves, [cotangents[k] for k in kept])
         except OpRaised as raised:
             _fail_raised(context, raised, situation, output=", ".join(unused))
         for name, want, grad in zip(prepared.names, expected, got):
