@@ -73,6 +73,14 @@ class CheckContext:
     def fail(self, summary, **fields):
         raise self.failure(summary, **fields)
 
+    def fail_raised(self, raised, situation="", hint=None, details=(), **fields):
+        """Fail because the op raised (an OpRaised): its error, what was tried, and the user's frame."""
+        where = raised.where()
+        details = list(details) + ([f"at {where}"] if where else [])
+        during = f" {situation}" if situation else ""
+        self.fail(f"the op's {raised.phase} raised {type(raised.error).__name__}{during}: {raised.error}",
+                  details=details, hint=hint, **fields)
+
     def compare(self, expected, got, summary, what, dtype=None, hint=None, **fields):
         """Compare two tensors with dtype-aware tolerances; fail naming ``what``."""
         atol, rtol = self.tolerance(dtype or expected.dtype)

@@ -282,11 +282,7 @@ def _report(context, layout, problem, who, together):
     if together:
         details.append("no single argument reproduces it alone: it needs several laid out together")
     if isinstance(problem, OpRaised):
-        where = problem.where()
-        if where and "/torch/" not in where and "pytest_autograd" not in where:
-            details.append(f"at {where}")
-        context.fail(f"the op's {problem.phase} raised {type(problem.error).__name__} {situation}: {problem.error}",
-                     details=details, hint=HINT)
+        context.fail_raised(problem, situation, hint=HINT, details=details)
     what, argument, output, mismatch = problem
     label = what.replace("gradient w.r.t. ", "grad ").replace("`", "")
     context.fail(f"{what} differs from the contiguous run {situation}", worst=mismatch.worst(label),

@@ -95,17 +95,13 @@ class RequiresGrad(Check):
 
 
 def _fail_raised(context, raised, situation, details):
-    where = raised.where()
-    if where and ("/torch/" in where or "pytest_autograd" in where):
-        where = None
     hint = None
     if raised.phase == "backward":
         hint = HINT
         if "was not a Variable" in str(raised.error):
             hint = ("backward returned a gradient for an argument that is not a tensor (e.g. bias=None): "
                     "return None there; " + HINT)
-    context.fail(f"the op's {raised.phase} raised {type(raised.error).__name__} {situation}: {raised.error}",
-                 details=details + ([f"at {where}"] if where else []), hint=hint)
+    context.fail_raised(raised, situation, hint=hint, details=details)
 
 
 check = RequiresGrad()

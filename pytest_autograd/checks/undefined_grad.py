@@ -83,7 +83,7 @@ class UndefinedGrad(Check):
         try:
             got = grads_of([outputs[k] for k in kept], prepared.leaves, [cotangents[k] for k in kept])
         except OpRaised as raised:
-            _fail_raised(context, raised, situation, output=", ".join(unused))
+            context.fail_raised(raised, situation, hint=NONE_HINT, output=", ".join(unused))
         for name, want, grad in zip(prepared.names, expected, got):
             context.compare(want.detach(), grad.detach(),
                             f"gradient w.r.t. `{name}` is wrong {situation}", f"grad {name}",
@@ -104,20 +104,13 @@ class UndefinedGrad(Check):
             grads = torch.autograd.grad(undefined, prepared.leaves, [torch.ones_like(u) for u in undefined],
                                         allow_unused=True)
         except Exception as error:
-            _fail_raised(context, OpRaised("backward", error), situation, output=", ".join(labels))
+            context.fail_raised(OpRaised("backward", error), situation, hint=NONE_HINT, output=", ".join(labels))
         for name, grad in zip(prepared.names, grads):
             if grad is not None and not bool((grad == 0).all()):
                 context.fail(f"backward returns a non-zero gradient for `{name}` {situation}",
                              output=", ".join(labels), argument=name,
                              hint="an undefined output gradient stands for zero: the input gradient must be "
                                   "None or zeros")
-
-
-def _fail_raised(context, raised, situation, **fields):
-    where = raised.where()
-    details = [f"at {where}"] if where and "/torch/" not in where and "pytest_autograd" not in where else []
-    context.fail(f"the op's backward raised {type(raised.error).__name__} {situation}: {raised.error}",
-                 details=details, hint=NONE_HINT, **fields)
 
 
 check = UndefinedGrad()
