@@ -202,8 +202,8 @@ def test_sin():
 """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "reference=picky_reference raised ValueError: only batches of 8",
+        "reference=picky_reference raised ValueError in its forward: only batches of 8",
         "  check reference, device cpu, dtype float64, sample 0",
         "  at *test_ops.py:* in picky_reference",
-        "  hint: the reference must run on every sample the op runs on",
+        "  hint: the reference must take the same arguments as the op and run on every sample it runs on",
     ], consecutive=True)

@@ -118,16 +118,6 @@ class ReferenceRaised(OpRaised):
     """``reference=`` raised, not the op: the report must not blame the op."""
 
 
-def fail_reference(context, raised):
-    """Report ``raised`` (a ReferenceRaised) as the reference's failure."""
-    reference = context.case.reference
-    name = getattr(reference, "__qualname__", None) or getattr(reference, "__name__", None) or repr(reference)
-    where = raised.where()
-    context.fail(f"reference={name} raised {type(raised.error).__name__} in its {raised.phase}: {raised.error}",
-                 details=[f"at {where}"] if where else [],
-                 hint="the reference must take the same arguments as the op and run on every sample it runs on")
-
-
 def _forward_and_backward(context, sample, dtype, cotangents64, fn):
     prepared = context.prepare(sample, dtype=dtype)
     outputs = context.run_op(prepared, fn=fn)

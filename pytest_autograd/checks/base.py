@@ -73,6 +73,15 @@ class CheckContext:
     def fail(self, summary, **fields):
         raise self.failure(summary, **fields)
 
+    def fail_reference_raised(self, raised):
+        """Fail because ``reference=`` raised (an OpRaised from calling it): blame the reference, not the op."""
+        from pytest_autograd.case import op_display_name
+
+        where = raised.where()
+        self.fail(f"reference={op_display_name(self.case.reference)} raised {type(raised.error).__name__} in its "
+                  f"{raised.phase}: {raised.error}", details=[f"at {where}"] if where else [],
+                  hint="the reference must take the same arguments as the op and run on every sample it runs on")
+
     def fail_raised(self, raised, situation="", hint=None, details=(), **fields):
         """Fail because the op raised (an OpRaised): its error, what was tried, and the user's frame."""
         where = raised.where()

@@ -19,7 +19,6 @@ from pytest_autograd.checks._transforms import (
     cast_sample,
     check_dtypes,
     dtype_label,
-    fail_reference,
     forward_and_backward,
     paired_tensors,
     unsupported_dtype,
@@ -62,7 +61,7 @@ class Extreme(Check):
             except OpRaised as raised:
                 if explicit or not unsupported_dtype(raised):
                     if isinstance(raised, ReferenceRaised):
-                        fail_reference(context, raised)
+                        context.fail_reference_raised(raised)
                     raise
                 unsupported.append(dtype_label(dtype))
         if unsupported and len(unsupported) == len(dtypes):

@@ -23,7 +23,6 @@ from pytest_autograd.checks._transforms import (
     cast_sample,
     check_dtypes,
     dtype_label,
-    fail_reference,
     forward_and_backward,
     normwise_error,
     paired_tensors,
@@ -66,7 +65,7 @@ class Precision(Check):
                         unsupported.append(dtype_label(dtype))
                         break
                     if isinstance(raised, ReferenceRaised):
-                        fail_reference(context, raised)
+                        context.fail_reference_raised(raised)
                     raise
                 op_truth, _ = forward_and_backward(context, low, torch.float64, cotangents)
                 ref_truth = None
@@ -77,7 +76,7 @@ class Precision(Check):
                         ref_truth, _ = forward_and_backward(context, low, torch.float64, cotangents,
                                                             fn=case.reference)
                     except ReferenceRaised as raised:
-                        fail_reference(context, raised)
+                        context.fail_reference_raised(raised)
                     violations = _against_reference(dtype, k, ref_truth, op_low, ref_low)
                 if violations:
                     _report(context, dtype, k, violations, op_truth, ref_truth)

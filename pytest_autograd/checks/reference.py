@@ -8,7 +8,7 @@ import inspect
 
 import torch
 
-from pytest_autograd.case import UsageProblem
+from pytest_autograd.case import UsageProblem, op_display_name
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import OpRaised
@@ -36,20 +36,13 @@ class Reference(Check):
                 except OpRaised as raised:
                     if isinstance(raised.error, TypeError):
                         raise UsageProblem(
-                            f"reference={_name(case.reference)} cannot be called with sample {index}'s arguments: "
+                            f"reference={op_display_name(case.reference)} cannot be called with sample {index}'s arguments: "
                             f"{raised.error}. The reference must take the same arguments as the op."
                         ) from None
-                    where = raised.where()
-                    context.fail(f"reference={_name(case.reference)} raised {type(raised.error).__name__}: "
-                                 f"{raised.error}", details=[f"at {where}"] if where else [],
-                                 hint="the reference must run on every sample the op runs on")
+                    context.fail_reference_raised(raised)
                 compare_runs(context, (ref_side, ref_outputs), (op_side, op_outputs),
                              expected_label="the reference", got_label="the op")
             context.dtype = None
-
-
-def _name(fn):
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
 def _check_signature(reference, sample, index):
@@ -61,7 +54,7 @@ def _check_signature(reference, sample, index):
         signature.bind(*sample.args, **sample.kwargs)
     except TypeError as error:
         raise UsageProblem(
-            f"reference={_name(reference)}{signature} does not accept sample {index}'s "
+            f"reference={op_display_name(reference)}{signature} does not accept sample {index}'s "
             f"{len(sample.args)} positional argument(s){' and keywords ' + ', '.join(sample.kwargs) if sample.kwargs else ''}: "
             f"{error}. The reference must take the same arguments as the op."
         ) from None
