@@ -58,18 +58,12 @@ def pytest_configure(config):
     registry = CheckRegistry()
     config.stash[SETTINGS] = settings
     config.stash[REGISTRY] = registry
-    config.stash[TALLY] = Tally(order=registry_order())
-    config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
     if not config.pluginmanager.is_registered(builtin):
         config.pluginmanager.register(builtin, "autograd-builtin-checks")
     config.hook.pytest_autograd_register_checks.call_historic(kwargs={"registry": registry})
+    config.stash[TALLY] = Tally(order=registry.names())
+    config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
     settings.validate_checks(registry.names())
-
-
-def registry_order():
-    from pytest_autograd.builtin import builtin_check_names
-
-    return builtin_check_names()
 
 
 def pytest_report_header(config):
@@ -87,7 +81,8 @@ def pytest_generate_tests(metafunc):
     where = metafunc.definition.nodeid
     known_checks = registry.names()
     try:
-        validate_marker(mark, _known_options(settings, registry, mark), known_checks, where)
+        selected = _selected_checks(settings, registry, mark)
+        validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
         devices = mark.kwargs.get("devices") or settings.devices
         if isinstance(devices, str):
             devices = parse_devices(devices, f"{where}: devices=")
@@ -95,8 +90,7 @@ def pytest_generate_tests(metafunc):
             devices = parse_devices(",".join(devices), f"{where}: devices=")
     except (UsageProblem, pytest.UsageError) as problem:
         raise pytest.Collector.CollectError(str(problem)) from None
-    specs = [ItemSpec(name, device, selected) for name, selected in _selected_checks(settings, registry, mark)
-             for device in devices]
+    specs = [ItemSpec(name, device, explicit) for name, explicit in selected for device in devices]
     metafunc.fixturenames.append(ITEM_ARG)
     if not specs:
         reason = ("no check selected: the marker's checks=/skip= and --autograd-checks="
@@ -125,14 +119,14 @@ def pytest_make_collect_report(collector):
     return report
 
 
-def _known_options(settings, registry, mark):
+def _known_options(registry, mark, selected):
     """Marker keywords the core and the checks understand.
 
     Only the checks this test runs are imported to ask for their options;
     every check module is imported only when a keyword is still unknown.
     """
     known = dict(CORE_OPTIONS)
-    for name, _ in _selected_checks(settings, registry, mark):
+    for name, _ in selected:
         known.update(getattr(registry.get(name), "options", {}) or {})
     if set(mark.kwargs) - set(known):
         for check in registry.checks():

@@ -20,7 +20,13 @@ import torch
 
 from pytest_autograd.checks._hygiene import HygieneWarning, call_with, function_node
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, grads_of, has_floating_input, random_cotangents
+from pytest_autograd.execution import (
+    OpRaised,
+    floating_dtype,
+    grads_of,
+    has_floating_input,
+    random_cotangents,
+)
 
 FINGERPRINT_MIN_ELEMENTS = 4  # non-zero gradient elements needed before the float32 fingerprint counts
 
@@ -40,10 +46,7 @@ class GradMetadata(Check):
     def run(self, context):
         warned = set()
         for index, sample in context.samples():
-            own = context.prepare(sample, requires_grad=False)
-            own_dtypes = [value.dtype for value in list(own.args) + list(own.kwargs.values())
-                          if isinstance(value, torch.Tensor) and value.is_floating_point()]
-            for dtype in dict.fromkeys([torch.float64] + own_dtypes[:1]):
+            for dtype in dict.fromkeys(d for d in (torch.float64, floating_dtype(sample)) if d is not None):
                 prepared = context.prepare(sample, dtype=dtype)
                 if not prepared.leaves:
                     continue

@@ -37,8 +37,9 @@ class GradCheck(Check):
             output_names = [output_label(k, len(outputs)) for k in range(len(outputs))]
             if not any(out.is_floating_point() for out in outputs):
                 continue
-            if below_float64(outputs):
-                low_precision = below_float64(outputs)
+            lower = below_float64(outputs)
+            if lower:
+                low_precision = lower
                 continue
             checked += 1
 

@@ -16,7 +16,13 @@ from pytest_autograd.checks._derivatives import (
     marker_tolerances,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, has_floating_input, output_label, random_cotangents
+from pytest_autograd.execution import (
+    OpRaised,
+    differentiable_indices,
+    has_floating_input,
+    output_label,
+    random_cotangents,
+)
 
 NOT_DIFFERENTIABLE_HINT = (
     "backward is not differentiable w.r.t. `{name}`: it likely uses detached tensors (.detach(), .data, "
@@ -45,11 +51,12 @@ class GradGradCheck(Check):
             if not prepared.leaves:
                 continue
             outputs = context.run_op(prepared)
-            differentiable = [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
+            differentiable = differentiable_indices(outputs)
             if not differentiable:
                 continue
-            if below_float64(outputs):
-                low_precision = below_float64(outputs)
+            lower = below_float64(outputs)
+            if lower:
+                low_precision = lower
                 continue
             checked += 1
             n_inputs = len(prepared.leaves)
