@@ -28,6 +28,11 @@ def tolerance_for(dtype, atol=None, rtol=None):
     return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
 
 
+def dtype_label(dtype):
+    """``float32`` rather than ``torch.float32``: how reports name a dtype."""
+    return str(dtype).replace("torch.", "")
+
+
 def fmt(value):
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):

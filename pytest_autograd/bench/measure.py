@@ -17,7 +17,8 @@ from pytest_autograd.bench.config import DIRECTIONS
 from pytest_autograd.bench.measure_info import cpu_count, cpu_name
 from pytest_autograd.bench.timers import measure
 from pytest_autograd.case import UsageProblem
-from pytest_autograd.execution import OpRaised, flatten_outputs, prepare
+from pytest_autograd.compare import dtype_label
+from pytest_autograd.execution import OpRaised, flatten_outputs, floating_dtype, prepare
 
 FORWARD, BACKWARD, BOTH = DIRECTIONS
 
@@ -230,12 +231,8 @@ def _device_of(prepared):
 
 
 def _dtype_label(sample, dtype):
-    if dtype is not None:
-        return str(dtype).replace("torch.", "")
-    for value in list(sample.args) + list(sample.kwargs.values()):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return str(value.dtype).replace("torch.", "")
-    return None
+    dtype = dtype or floating_dtype(sample)
+    return None if dtype is None else dtype_label(dtype)
 
 
 def _name(fn):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.compare import fmt, fmt_index
+from pytest_autograd.compare import dtype_label, fmt, fmt_index
 from pytest_autograd.execution import grads_of, random_cotangents
 
 EPS = 1e-6
@@ -110,7 +110,7 @@ def below_float64(outputs):
     for float64 inputs; central differences with eps=1e-6 then measure its
     rounding, not its derivative, so a correct op would fail.
     """
-    return sorted({str(out.dtype).replace("torch.", "") for out in outputs
+    return sorted({dtype_label(out.dtype) for out in outputs
                    if out.is_floating_point() and out.dtype != torch.float64})
 
 

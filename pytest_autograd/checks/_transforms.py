@@ -33,10 +33,6 @@ def overrides(op, name):
     return getattr(op, name, None) is not getattr(Function, name, None)
 
 
-def dtype_label(dtype):
-    return str(dtype).replace("torch.", "")
-
-
 def check_dtypes(case, device):
     """(dtypes to check, explicit?) from ``dtypes=`` or the device's default.
 

@@ -7,7 +7,7 @@ built-in ones.
 
 import torch
 
-from pytest_autograd.compare import Mismatch, compare_tensors, tolerance_for
+from pytest_autograd.compare import Mismatch, compare_tensors, dtype_label, tolerance_for
 from pytest_autograd.execution import OpRaised, floating_dtype, prepare, run_op
 from pytest_autograd.report import CheckFailure, Report
 
@@ -67,7 +67,7 @@ class CheckContext:
         fields.setdefault("device", self.device)
         fields.setdefault("sample", self.sample_index)
         if "dtype" not in fields and self.dtype is not None:
-            fields["dtype"] = str(self.dtype).replace("torch.", "")
+            fields["dtype"] = dtype_label(self.dtype)
         return CheckFailure(Report(check=self.check_name, summary=summary, seed=self.seed, **fields))
 
     def fail(self, summary, **fields):

@@ -18,13 +18,12 @@ from pytest_autograd.checks._transforms import (
     ReferenceRaised,
     cast_sample,
     check_dtypes,
-    dtype_label,
     forward_and_backward,
     paired_tensors,
     unsupported_dtype,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import fmt, fmt_index
+from pytest_autograd.compare import dtype_label, fmt, fmt_index
 from pytest_autograd.execution import OpRaised, has_floating_input
 
 

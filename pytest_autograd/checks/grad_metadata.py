@@ -20,6 +20,7 @@ import torch
 
 from pytest_autograd.checks._hygiene import HygieneWarning, call_with, function_node
 from pytest_autograd.checks.base import Check
+from pytest_autograd.compare import dtype_label
 from pytest_autograd.execution import (
     OpRaised,
     floating_dtype,
@@ -122,8 +123,8 @@ def _check_metadata(context, name, leaf, grad, warned):
     if got != expected:
         loss = ""
         if expected.is_floating_point and got.is_floating_point and torch.finfo(got).eps > torch.finfo(expected).eps:
-            loss = f": the {_dtype(expected)} gradient then carries only {_dtype(got)} precision"
-        context.fail(f"backward returns the gradient of `{name}` as {_dtype(got)}, but `{name}` is {_dtype(expected)}; "
+            loss = f": the {dtype_label(expected)} gradient then carries only {dtype_label(got)} precision"
+        context.fail(f"backward returns the gradient of `{name}` as {dtype_label(got)}, but `{name}` is {dtype_label(expected)}; "
                      f"autograd casts it silently{loss}", argument=name,
                      details=[f"raw gradient: {_describe(grad)}; input: {_describe(leaf)}"], hint=PRECISION_HINT)
     if grad.device != leaf.device:
@@ -166,12 +167,8 @@ def _expandable(input_shape, grad_shape):
         return False
 
 
-def _dtype(dtype):
-    return str(dtype).replace("torch.", "")
-
-
 def _describe(tensor):
-    return f"{_dtype(tensor.dtype)}{list(tensor.shape)} on {tensor.device}"
+    return f"{dtype_label(tensor.dtype)}{list(tensor.shape)} on {tensor.device}"
 
 
 check = GradMetadata()

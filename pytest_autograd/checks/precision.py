@@ -22,14 +22,13 @@ from pytest_autograd.checks._transforms import (
     ReferenceRaised,
     cast_sample,
     check_dtypes,
-    dtype_label,
     forward_and_backward,
     normwise_error,
     paired_tensors,
     unsupported_dtype,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import fmt
+from pytest_autograd.compare import dtype_label, fmt
 from pytest_autograd.execution import OpRaised, has_floating_input
 
 FLOOR_ULPS = 8  # the budget's floor, in units of the dtype's eps
