@@ -14,7 +14,14 @@ from pytest_autograd.checks._derivatives import ATOL, EPS, RTOL
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import compare_tensors, fmt
-from pytest_autograd.execution import OpRaised, grads_of, has_floating_input, output_label
+from pytest_autograd.execution import (
+    OpRaised,
+    differentiable_indices,
+    grads_of,
+    has_floating_input,
+    output_label,
+    random_cotangents,
+)
 
 
 class ForwardAD(Check):
@@ -38,11 +45,10 @@ class ForwardAD(Check):
                 continue
             outputs = context.run_op(prepared)
             count = len(outputs)
-            diff = [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
+            diff = differentiable_indices(outputs)
             if not diff:
                 continue
-            cotangents = {k: torch.randn(outputs[k].shape, generator=context.generator, dtype=torch.float64)
-                          .to(outputs[k].device) for k in diff}
+            cotangents = dict(zip(diff, random_cotangents([outputs[k] for k in diff], context.generator)))
             grads = [g.detach() for g in grads_of([outputs[k] for k in diff], prepared.leaves,
                                                   [cotangents[k] for k in diff])]
             for where, tangents in _directions(prepared, context.generator):

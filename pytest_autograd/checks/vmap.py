@@ -12,7 +12,15 @@ import torch
 
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, flatten_outputs, floating_dtype, grads_of, output_label
+from pytest_autograd.execution import (
+    OpRaised,
+    differentiable_indices,
+    flatten_outputs,
+    floating_dtype,
+    grads_of,
+    output_label,
+    random_cotangents,
+)
 
 BATCH = 3
 SETUP_CONTEXT_HINT = ("torch.func transforms need the setup_context style: forward(*inputs) without ctx, plus "
@@ -165,11 +173,10 @@ def _check_vjp(context, sample, examples, where, in_dims):
             args[p] = leaf.clone()  # an in-place op must not touch the leaf
         outputs = _call(case, args, kwargs)
         if diff is None:
-            diff = [k for k, o in enumerate(outputs) if o.is_floating_point() and o.requires_grad]
+            diff = differentiable_indices(outputs)
             if not diff:
                 return
-        cot = [torch.randn(outputs[k].shape, generator=context.generator, dtype=torch.float64)
-               .to(device=outputs[k].device, dtype=outputs[k].dtype) for k in diff]
+        cot = random_cotangents([outputs[k] for k in diff], context.generator)
         expected.append([g.detach() for g in grads_of([outputs[k] for k in diff], leaf_tensors, cot)])
         cotangents.append(cot)
 
