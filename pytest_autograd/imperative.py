@@ -75,11 +75,17 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
     return outcomes
 
 
+def all_skipped_reason(outcomes):
+    """Why a fixture call that ran no check at all is a skip, not a pass: every check and its reason."""
+    reasons = "; ".join(f"{o.check}-{o.device}: {o.detail}" for o in outcomes)
+    return f"autograd_check: every check was skipped, so nothing was checked ({reasons})"
+
+
 def fixture_runner(request):
     from pytest_autograd.plugin import REGISTRY, SETTINGS
 
     settings = request.config.stash[SETTINGS]
-    registry = request.config.stash[REGISTRY]
+    registry = request.config.stash[REGISTRY].visible_from(request.node.path)
 
     def autograd_check(op, *args, reference=None, checks=None, devices=None, samples=None, **options):
         problem = None
@@ -95,9 +101,13 @@ def fixture_runner(request):
             pytest.fail(problem, pytrace=False)
         failed = [o for o in outcomes if o.status == "failed"]
         if failed:
+            from pytest_autograd.rerun import pytest_command
+
             body = "\n\n".join(o.detail for o in failed)
-            pytest.fail(f"autograd_check: {len(failed)} check(s) failed\n\n{body}\n  rerun: pytest \"{request.node.nodeid}\" "
-                        f"--autograd-seed={settings.seed}", pytrace=False)
+            rerun = pytest_command(request.config, request.node.nodeid, f"--autograd-seed={settings.seed}")
+            pytest.fail(f"autograd_check: {len(failed)} check(s) failed\n\n{body}\n  rerun: {rerun}", pytrace=False)
+        if outcomes and all(o.status == "skipped" for o in outcomes):
+            pytest.skip(all_skipped_reason(outcomes))
         return outcomes
 
     return autograd_check

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_autograd import builtin, hookspecs
+from pytest_autograd import builtin, hookspecs, xfail
 from pytest_autograd.case import CORE_OPTIONS, UsageProblem, op_display_name
 from pytest_autograd.marker import (
     positional_op_message,
@@ -16,7 +16,9 @@ from pytest_autograd.marker import (
     swallowed_test,
     validate_marker,
 )
+from pytest_autograd.marker_misuse import misuse_problem
 from pytest_autograd.registry import CheckRegistry
+from pytest_autograd.seeding import WORKER_INPUT_KEY
 from pytest_autograd.settings import Settings, add_options, parse_devices
 from pytest_autograd.summary import Tally
 
@@ -35,6 +37,7 @@ class ItemSpec:
     check: str
     device: str
     selected: bool  # explicitly asked for (matters for opt-in checks)
+    marker: int = 0  # which autograd_op marker of the test, closest first
 
     def __str__(self):
         return f"{self.check}-{self.device}"
@@ -52,7 +55,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         f"{MARKER}(op=..., reference=None, checks=None, skip=None, devices=None, double_backward=True, "
-        "atol=None, rtol=None, constants=None): run pytest-autograd's checks on op; the test body returns the samples.",
+        "atol=None, rtol=None, constants=None, xfail=None): run pytest-autograd's checks on op; the test body returns the samples.",
     )
     settings = Settings.from_config(config)
     registry = CheckRegistry()
@@ -63,7 +66,18 @@ def pytest_configure(config):
     config.hook.pytest_autograd_register_checks.call_historic(kwargs={"registry": registry})
     config.stash[TALLY] = Tally(order=registry.names())
     config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
-    settings.validate_checks(registry.names())
+
+
+def pytest_collection_finish(session):
+    """``--autograd-checks`` is validated once every collected directory's conftest.py has registered its checks."""
+    config = session.config
+    config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist: every worker uses the controller's base seed (the one in the header), even for 'random'."""
+    node.workerinput[WORKER_INPUT_KEY] = node.config.stash[SETTINGS].seed
 
 
 def pytest_report_header(config):
@@ -73,31 +87,67 @@ def pytest_report_header(config):
 
 
 def pytest_generate_tests(metafunc):
-    mark = metafunc.definition.get_closest_marker(MARKER)
-    if mark is None:
+    marks = list(metafunc.definition.iter_markers(MARKER))
+    if not marks:
         return
     config = metafunc.config
     settings, registry = config.stash[SETTINGS], config.stash[REGISTRY]
     where = metafunc.definition.nodeid
-    known_checks = registry.names()
-    try:
-        selected = _selected_checks(settings, registry, mark)
-        validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
-        devices = mark.kwargs.get("devices") or settings.devices
-        if isinstance(devices, str):
-            devices = parse_devices(devices, f"{where}: devices=")
-        else:
-            devices = parse_devices(",".join(devices), f"{where}: devices=")
-    except (UsageProblem, pytest.UsageError) as problem:
-        raise pytest.Collector.CollectError(str(problem)) from None
-    specs = [ItemSpec(name, device, explicit) for name, explicit in selected for device in devices]
+    known_checks = registry.names_for(metafunc.definition.path)
+    labels = _marker_labels(marks)
+    params = []
+    for index, mark in enumerate(marks):
+        try:
+            selected = _selected_checks(settings, registry, mark, known_checks)
+            _refuse_checks_out_of_scope(registry, mark, known_checks, where)
+            validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
+            reasons = xfail.xfail_reasons(mark.kwargs.get(xfail.OPTION), known_checks, where)
+            devices = _marker_devices(mark, settings, where)
+        except (UsageProblem, pytest.UsageError) as problem:
+            raise pytest.Collector.CollectError(str(problem)) from None
+        for name, explicit in selected:
+            for device in devices:
+                spec = ItemSpec(name, device, explicit, index)
+                item_id = f"{labels[index]}-{spec}" if labels[index] else str(spec)
+                params.append(xfail.item_param(spec, item_id, reasons))
     metafunc.fixturenames.append(ITEM_ARG)
-    if not specs:
+    if not params:
         reason = ("no check selected: the marker's checks=/skip= and --autograd-checks="
                   f"{','.join(settings.checks or [])} leave none to run")
         metafunc.parametrize(ITEM_ARG, [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["no-checks"])
         return
-    metafunc.parametrize(ITEM_ARG, specs, ids=[str(spec) for spec in specs])
+    metafunc.parametrize(ITEM_ARG, params)
+
+
+def _marker_devices(mark, settings, where):
+    devices = mark.kwargs.get("devices") or settings.devices
+    if isinstance(devices, str):
+        return parse_devices(devices, f"{where}: devices=")
+    return parse_devices(",".join(devices), f"{where}: devices=")
+
+
+def _marker_labels(marks):
+    """Item id prefixes telling several autograd_op markers of one test apart ('' for a single marker)."""
+    if len(marks) == 1:
+        return [""]
+    names = [op_display_name(mark.kwargs.get("op")) for mark in marks]
+    if len(set(names)) == len(names):
+        return names
+    return [f"op{index}-{name}" for index, name in enumerate(names)]
+
+
+def _refuse_checks_out_of_scope(registry, mark, known_checks, where):
+    """A check named on the marker but registered by a conftest.py of another directory: say so."""
+    for option in ("checks", "skip", xfail.OPTION):
+        names = mark.kwargs.get(option)
+        names = [names] if isinstance(names, str) else list(names or [])
+        for name in names:
+            if isinstance(name, str) and name in registry and name not in known_checks:
+                raise UsageProblem(
+                    f"{where}: {option}= names check {name!r}, which {registry.scope(name) / 'conftest.py'} registers "
+                    "for the tests in its directory only; register it in a conftest.py above this test (e.g. the "
+                    "rootdir's) or in a plugin to use it here."
+                )
 
 
 def pytest_pycollect_makeitem(collector, name, obj):
@@ -126,6 +176,7 @@ def _known_options(registry, mark, selected):
     every check module is imported only when a keyword is still unknown.
     """
     known = dict(CORE_OPTIONS)
+    known[xfail.OPTION] = None
     for name, _ in selected:
         known.update(getattr(registry.get(name), "options", {}) or {})
     if set(mark.kwargs) - set(known):
@@ -134,14 +185,14 @@ def _known_options(registry, mark, selected):
     return known
 
 
-def _selected_checks(settings, registry, mark):
+def _selected_checks(settings, registry, mark, known_checks):
     """(name, explicitly selected) for each check this marked test runs."""
     wanted = mark.kwargs.get("checks")
     wanted = [wanted] if isinstance(wanted, str) else wanted
     skipped = mark.kwargs.get("skip") or []
     skipped = [skipped] if isinstance(skipped, str) else skipped
     chosen = []
-    for name in registry.names():
+    for name in known_checks:
         if settings.checks is not None and name not in settings.checks:
             continue
         if wanted is not None and name not in wanted:
@@ -176,23 +227,10 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
-def pytest_collection_modifyitems(config, items):
-    """A misspelled marker would leave a buggy op untested and green: refuse it."""
-    import difflib
-
-    misspelled = {}
-    for item in items:
-        for mark in item.iter_markers():
-            if mark.name == MARKER:
-                continue
-            if mark.name.startswith("autograd") or difflib.SequenceMatcher(None, mark.name, MARKER).ratio() >= 0.8:
-                misspelled.setdefault(mark.name, item.nodeid)
-    if misspelled:
-        listed = "; ".join(f"@pytest.mark.{name} on {nodeid}" for name, nodeid in misspelled.items())
-        raise pytest.UsageError(f"unknown marker {listed}: did you mean @pytest.mark.{MARKER}(op=...)?")
-
-
 def pytest_runtest_setup(item):
+    problem = misuse_problem(item)
+    if problem:
+        pytest.fail(problem, pytrace=False)
     spec = item_spec(item)
     if spec is not None:
         item.user_properties.append(("autograd", f"{spec.check}|{spec.device}"))

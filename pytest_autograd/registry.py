@@ -6,12 +6,15 @@ and generating items never imports torch before a marked test needs it.
 
 import importlib
 
+from pytest_autograd.check_scope import applies_under, registering_conftest_dir
+
 
 class CheckRegistry:
     """Ordered name -> check mapping; lazy entries are imported on first use."""
 
     def __init__(self):
         self._entries = {}
+        self._scopes = {}  # name -> directory of the registering conftest.py (None: everywhere)
 
     def add(self, check):
         """Register a ready :class:`pytest_autograd.Check` instance."""
@@ -19,13 +22,31 @@ class CheckRegistry:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a check needs a non-empty string `name`, got {check!r}")
         self._entries[name] = check
+        self._scopes[name] = registering_conftest_dir()
 
     def add_lazy(self, name, module_path):
         """Register ``module_path`` whose module defines ``check = SomeCheck()``."""
         self._entries[name] = module_path
+        self._scopes[name] = registering_conftest_dir()
 
     def names(self):
         return list(self._entries)
+
+    def scope(self, name):
+        """Directory of the conftest.py that registered ``name``; None when it applies everywhere."""
+        return self._scopes.get(name)
+
+    def names_for(self, path):
+        """The checks that apply to the test file at ``path`` (see :mod:`pytest_autograd.check_scope`)."""
+        return [name for name in self._entries if applies_under(self._scopes.get(name), path)]
+
+    def visible_from(self, path):
+        """A registry holding only the checks that apply to the test file at ``path``."""
+        view = CheckRegistry()
+        for name in self.names_for(path):
+            view._entries[name] = self._entries[name]
+            view._scopes[name] = self._scopes.get(name)
+        return view
 
     def __contains__(self, name):
         return name in self._entries

@@ -1,14 +1,15 @@
 """Running one generated item: device, seed, samples, applies, run, report."""
 
-import zlib
-
 import pytest
 import torch
 
+from pytest_autograd import root_cause
 from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
 from pytest_autograd.report import CheckFailure
+from pytest_autograd.rerun import pytest_command
+from pytest_autograd.seeding import item_seed, seeded
 
 MARKER = "autograd_op"
 
@@ -45,22 +46,18 @@ def skip_here(reason):
         pytest.skip(reason)
 
 
-def item_seed(base_seed, nodeid):
-    return zlib.crc32(f"{base_seed}:{nodeid}".encode()) & 0x7FFFFFFF
-
-
 def rerun_command(item, base_seed, spec=None, check=None):
     """A command that regenerates this very item: same node id, same seed.
 
     A non-CPU item only exists when its device is asked for, and an opt-in
     check only runs when selected, so those options are part of the command.
     """
-    command = f"pytest {item.nodeid!r} --autograd-seed={base_seed}".replace("'", '"')
+    options = [f"--autograd-seed={base_seed}"]
     if spec is not None and spec.device.split(":")[0] != "cpu":
-        command += f" --autograd-devices={spec.device}"
+        options.append(f"--autograd-devices={spec.device}")
     if spec is not None and check is not None and not getattr(check, "default", True):
-        command += f" --autograd-checks={spec.check}"
-    return command
+        options.append(f"--autograd-checks={spec.check}")
+    return pytest_command(item.config, item.nodeid, *options)
 
 
 def call_body(item, **overrides):
@@ -76,42 +73,44 @@ def run_item(item, spec, settings, registry):
     if not getattr(check, "default", True) and not spec.selected:
         skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
     seed = item_seed(settings.seed, item.nodeid)
-    torch.manual_seed(seed)
-    mark = item.get_closest_marker(MARKER)
+    with seeded(seed):
+        _run_seeded(item, spec, settings, check, seed)
+
+
+def _run_seeded(item, spec, settings, check, seed):
     where = item.nodeid
     try:
-        case = _build_case_once_per_test(item, mark, spec, where)
+        case = _build_case(item, marker_of(item, spec), spec, where)
         reason = check.applies(case, spec.device)
         if reason:
             skip_here(reason)
-        execute(check, case, spec.device, seed, rerun_command(item, settings.seed, spec, check), where)
+        failure = run_check(check, CheckContext(check.name, case, spec.device, seed))
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
     if problem is not None:
-        pytest.fail(problem, pytrace=False)
+        headline = problem.replace(f"{where}: ", "")
+        pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_usage_problem(problem, where), headline)
+        pytest.fail(pointer or problem, pytrace=False)
+    if failure is not None:
+        summary = failure.report.summary
+        pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_failure(summary), summary)
+        if pointer:
+            pytest.fail(pointer, pytrace=False)
+        _fail(failure, rerun_command(item, settings.seed, spec, check), where, seed)
 
 
-SAMPLE_PROBLEMS = pytest.StashKey()
+def marker_of(item, spec):
+    """The autograd_op marker this item checks (a test may carry several)."""
+    marks = list(item.iter_markers(MARKER))
+    index = getattr(spec, "marker", 0)
+    return marks[index] if index < len(marks) else marks[0]
 
 
-def _build_case_once_per_test(item, mark, spec, where):
-    """The OpCase from the test body; a body that gives no usable samples fails one item only.
-
-    The other items of the same test are skipped pointing at that failure,
-    instead of repeating it once per check and device.
-    """
-    problems = item.config.stash.setdefault(SAMPLE_PROBLEMS, {})
-    params = {k: v for k, v in item.callspec.params.items() if not k.startswith("_autograd")}
-    key = (item.parent.nodeid if item.parent else "", item.originalname, repr(sorted(params.items(), key=str)))
-    if key in problems:
-        skip_here(f"the test body's samples are unusable: see the failure of {problems[key]}")
-    try:
-        samples = normalise_samples(call_body(item), where)
-        case = build_case(mark.kwargs, samples)
-    except UsageProblem:
-        problems[key] = item.nodeid
-        raise
+def _build_case(item, mark, spec, where):
+    """The OpCase from the test body, with the samples the hooks adjust for this device."""
+    samples = normalise_samples(call_body(item), where)
+    case = build_case(mark.kwargs, samples)
     case.config = item.config
     case.factory = lambda **overrides: normalise_samples(call_body(item, **overrides), where)
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):

@@ -23,13 +23,33 @@ def add_options(parser):
     for name, (help_text, default) in OPTIONS.items():
         group.addoption(f"--autograd-{name}", dest=f"autograd_{name}", default=None,
                         help=f"{help_text}. ini: autograd_{name}")
-        parser.addini(f"autograd_{name}", help_text, default=default)
+        _add_ini(parser, f"autograd_{name}", help_text, default)
+
+
+def _add_ini(parser, name, help_text, default):
+    """Declare the ini twin with a type that accepts pytest 9's native ``[tool.pytest]`` values.
+
+    Devices and checks are lists ("args": a TOML list of strings, or an ini
+    string split as in a shell, commas allowed); the seed is an int or the
+    string 'random' where pytest can declare that union (9.2+).
+    """
+    if name == "autograd_seed":
+        if tuple(getattr(pytest, "version_tuple", (0,))[:2]) >= (9, 2):
+            from typing import Union
+
+            parser.addini(name, help_text, type=Union[int, str], default=default)
+        else:
+            parser.addini(name, help_text, default=default)
+        return
+    parser.addini(name, help_text, type="args", default=split_names(default))
 
 
 def _value(config, name):
     value = config.getoption(f"autograd_{name}")
     if value is None:
         value = config.getini(f"autograd_{name}")
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(part) for part in value)
     return str(value).strip()
 
 
@@ -65,10 +85,13 @@ class Settings:
         devices = parse_devices(_value(config, "devices"), "--autograd-devices")
         checks = split_names(_value(config, "checks")) or None
         seed_text = _value(config, "seed")
-        if seed_text == "random":
-            import random
+        from pytest_autograd.seeding import base_seed_from_controller, draw_random_seed
 
-            seed = random.randrange(2**31)
+        seed = base_seed_from_controller(config)
+        if seed is not None:
+            pass
+        elif seed_text == "random":
+            seed = draw_random_seed()
         else:
             try:
                 seed = int(seed_text)
@@ -87,5 +110,6 @@ class Settings:
 
             raise pytest.UsageError(
                 f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}{did_you_mean(unknown, known)}; "
-                f"known checks are: {', '.join(known)}"
+                f"known checks are: {', '.join(known)}. A check registered in a conftest.py applies to the "
+                "tests in that directory and below: name it only when running tests there"
             )

@@ -1,0 +1,62 @@
+"""One seed per item for torch, ``random`` and numpy, restored after the item.
+
+A test body may build its samples with any of the three generators; seeding
+all of them is what makes the printed ``rerun:`` command reproduce the
+samples. Their states are restored afterwards, so an item's seed never leaks
+into the unmarked tests that run after it.
+
+``--autograd-seed=random`` is drawn once, on the xdist controller when there
+is one, and handed to every worker, so all workers use the header's seed.
+"""
+
+import contextlib
+import random
+import zlib
+
+WORKER_INPUT_KEY = "autograd_seed"
+
+
+def item_seed(base_seed, nodeid):
+    return zlib.crc32(f"{base_seed}:{nodeid}".encode()) & 0x7FFFFFFF
+
+
+def base_seed_from_controller(config):
+    """The seed the xdist controller chose, on a worker; None elsewhere."""
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict) and WORKER_INPUT_KEY in workerinput:
+        return int(workerinput[WORKER_INPUT_KEY])
+    return None
+
+
+def draw_random_seed():
+    return random.SystemRandom().randrange(2**31)
+
+
+def _numpy_random():
+    try:
+        import numpy.random
+    except ImportError:
+        return None
+    return numpy.random
+
+
+@contextlib.contextmanager
+def seeded(seed):
+    """Seed torch (CPU and every CUDA device), ``random`` and numpy; restore all on exit."""
+    import torch
+
+    numpy_random = _numpy_random()
+    python_state = random.getstate()
+    numpy_state = numpy_random.get_state() if numpy_random is not None else None
+    cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        if numpy_random is not None:
+            numpy_random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            if numpy_random is not None:
+                numpy_random.set_state(numpy_state)
