@@ -3,6 +3,8 @@
 import json
 import re
 
+import pytest
+
 RECORDING_TEST = """
 import json
 import os
@@ -108,3 +110,92 @@ def test_a_random_base_seed_is_shown_in_the_header_and_in_the_rerun_command(pyte
     seed = re.search(r"autograd: devices=cpu checks=gradcheck seed=(\d+)", result.stdout.str()).group(1)
     result.stdout.fnmatch_lines([f'  rerun: pytest "test_failing.py::test_linear[[]gradcheck-cpu[]]" '
                                  f"--autograd-seed={seed}"])
+
+
+PYTHON_AND_NUMPY_SAMPLES = """
+import json
+import os
+import random
+import numpy
+import pytest
+import torch
+
+@pytest.mark.autograd_op(op=torch.sin, checks=["gradcheck", "reference"], reference=torch.sin)
+def test_sin(request):
+    values = [random.random(), float(numpy.random.rand())]
+    with open(os.environ["SAMPLES_LOG"], "a") as log:
+        log.write(json.dumps([request.node.nodeid, values]) + "\\n")
+    return (torch.tensor(values, dtype=torch.float64),)
+"""
+
+
+def test_samples_drawn_with_random_and_numpy_are_reproduced_by_the_seed(pytester, run_pytest, monkeypatch):
+    pytest.importorskip("numpy")
+    pytester.makepyfile(test_seeded=PYTHON_AND_NUMPY_SAMPLES)
+    log = pytester.path / "samples.jsonl"
+    monkeypatch.setenv("SAMPLES_LOG", str(log))
+    run_pytest("--autograd-seed=3").assert_outcomes(passed=2)
+    full = dict(json.loads(line) for line in log.read_text().splitlines())
+    log.unlink()
+    run_pytest("test_seeded.py::test_sin[reference-cpu]", "--autograd-seed=3").assert_outcomes(passed=1)
+    [(nodeid, values)] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert values == full[nodeid]
+    assert full["test_seeded.py::test_sin[gradcheck-cpu]"] != full["test_seeded.py::test_sin[reference-cpu]"]
+
+
+def test_an_item_leaves_the_random_generators_as_it_found_them(pytester, run_pytest):
+    pytest.importorskip("numpy")
+    pytester.makepyfile(
+        test_leak="""
+        import random
+        import numpy
+        import pytest
+        import torch
+
+        random.seed(123)
+        numpy.random.seed(123)
+        torch.manual_seed(123)
+
+        @pytest.mark.autograd_op(op=torch.sin, checks=["gradcheck", "reference"], reference=torch.sin)
+        def test_sin():
+            return (torch.randn(3, dtype=torch.float64) + random.random() + numpy.random.rand(),)
+
+        def test_unmarked_test_after_it_sees_the_streams_it_seeded():
+            assert random.random() == random.Random(123).random()
+            assert numpy.random.rand() == numpy.random.RandomState(123).rand()
+            assert torch.equal(torch.rand(3), torch.rand(3, generator=torch.Generator().manual_seed(123)))
+        """
+    )
+    run_pytest("-p", "no:randomly").assert_outcomes(passed=3)
+
+
+def test_an_xdist_worker_uses_the_seed_its_controller_drew(pytester, run_pytest):
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_configure(config):
+            config.workerinput = {"workerid": "gw0", "autograd_seed": 4242}  # what xdist gives a worker
+        """
+    )
+    pytester.makepyfile(test_failing=FAILING_TEST)
+    result = run_pytest("--autograd-checks=gradcheck", "--autograd-seed=random")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(['  rerun: pytest "test_failing.py::test_linear[[]gradcheck-cpu[]]" --autograd-seed=4242'])
+
+
+def test_the_xdist_controller_hands_its_random_seed_to_each_worker(pytester, run_pytest):
+    pytester.makeconftest(
+        """
+        from types import SimpleNamespace
+
+        def pytest_report_header(config):
+            node = SimpleNamespace(config=config, workerinput={})
+            config.pluginmanager.get_plugin("autograd").pytest_configure_node(node)
+            return f"worker seed={node.workerinput['autograd_seed']}"
+        """
+    )
+    result = run_pytest("--autograd-seed=random")
+    header = re.search(r"autograd: devices=cpu checks=all seed=(\d+)", result.stdout.str()).group(1)
+    result.stdout.fnmatch_lines([f"worker seed={header}"])
