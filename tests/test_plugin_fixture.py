@@ -107,3 +107,20 @@ def test_run_checks_works_without_pytest():
     bad = run_checks(CubeNotDifferentiableBackward, torch.randn(3), checks=["gradcheck", "gradgradcheck"])
     assert [(o.check, o.status) for o in bad] == [("gradcheck", "passed"), ("gradgradcheck", "failed")]
     assert "backward is not differentiable" in bad[1].detail
+
+
+def test_the_fixture_skips_with_the_reasons_when_every_check_it_ran_was_skipped(pytester, run_pytest):
+    pytester.makepyfile(
+        """
+        import torch
+        from reference_ops.buggy import ReLUPositiveGradOnly
+
+        def test_relu(autograd_check):
+            autograd_check(ReLUPositiveGradOnly, torch.tensor([-1.0, 2.0]), checks=["reference", "parity"])
+            raise AssertionError("not reached: nothing was checked, so the test is skipped")
+        """
+    )
+    result = run_pytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*autograd_check: every check was skipped, so nothing was checked "
+                                 "(reference-cpu: *; parity-cpu: parity compares a non-CPU device against CPU*)"])

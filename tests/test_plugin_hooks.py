@@ -7,6 +7,8 @@ the page itself so that the documented code is the tested code.
 import re
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "writing_checks.md"
 
 OPS = """
@@ -191,3 +193,85 @@ def pytest_autograd_adjust_samples(case, device):
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*test_exp[[]finite-cpu[]]*", "output has 1 non-finite element(s)",
                                  "  check finite, device cpu, dtype float32, sample 0"])
+
+
+def test_the_documented_conftest_works_with_the_plugin_disabled(pytester, run_pytest):
+    pytester.makeconftest(documented_conftest())
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
+    result = run_pytest("-p", "no:autograd")
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=1)
+
+
+# --- where a check registered in a conftest.py applies ------------------------------------------
+
+FINITE_CONFTEST = """
+import pytest, torch
+from pytest_autograd import Check
+
+class Finite(Check):
+    name = "finite"
+
+    def run(self, context):
+        for index, sample in context.samples():
+            for output in context.run_op(context.prepare(sample, requires_grad=False)):
+                if not bool(torch.isfinite(output).all()):
+                    context.fail("output is not finite")
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_autograd_register_checks(registry):
+    registry.add(Finite())
+"""
+
+MARKED = """
+import pytest, torch
+
+@pytest.mark.autograd_op(op=torch.exp{extra})
+def test_exp():
+    return (torch.tensor([1.0, -2.0]),)
+"""
+
+
+def three_directories(pytester, extra_in_c=""):
+    """sub_b registers ``finite`` in its conftest.py; sub_a is collected before it, sub_c after."""
+    for name in ("sub_a", "sub_b", "sub_c"):
+        directory = pytester.mkdir(name)
+        extra = extra_in_c if name == "sub_c" else ""
+        (directory / f"test_{name}.py").write_text(MARKED.format(extra=extra))
+    (pytester.path / "sub_b" / "conftest.py").write_text(FINITE_CONFTEST)
+
+
+def finite_items(result):
+    return sorted(line for line in result.outlines if "finite-cpu" in line)
+
+
+def test_a_check_from_a_sub_directory_conftest_applies_to_that_directory_only(pytester, run_pytest):
+    three_directories(pytester)
+    from_root = finite_items(run_pytest("--collect-only", "-q"))
+    assert from_root == ["sub_b/test_sub_b.py::test_exp[finite-cpu]"]
+    in_other_order = finite_items(run_pytest("--collect-only", "-q", "sub_c", "sub_b", "sub_a"))
+    assert in_other_order == from_root
+
+
+def test_a_check_from_a_sub_directory_conftest_can_be_selected_from_the_rootdir(pytester, run_pytest):
+    three_directories(pytester)
+    result = run_pytest("--autograd-checks=finite", "-v")
+    result.stdout.fnmatch_lines(["*sub_b/test_sub_b.py::test_exp[[]finite-cpu[]] PASSED*"])
+    result.assert_outcomes(passed=1, skipped=2)
+    from_inside = run_pytest("--autograd-checks=finite", "sub_b")
+    from_inside.assert_outcomes(passed=1)
+
+
+def test_a_check_named_outside_the_directory_of_its_conftest_is_a_collection_error_naming_it(pytester, run_pytest):
+    three_directories(pytester, extra_in_c=', checks=["finite"]')
+    result = run_pytest()
+    result.assert_outcomes(passed=0, errors=1)
+    result.stdout.fnmatch_lines(["*sub_c/test_sub_c.py::test_exp: checks= names check 'finite', which "
+                                 "*sub_b/conftest.py registers for the tests in its directory only*"])
+
+
+def test_an_unknown_check_is_still_refused_after_collection(pytester, run_pytest):
+    three_directories(pytester)
+    result = run_pytest("--autograd-checks=finit")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown check(s) 'finit' (did you mean finite?)*"])
