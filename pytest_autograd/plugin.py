@@ -66,12 +66,20 @@ def pytest_configure(config):
     config.hook.pytest_autograd_register_checks.call_historic(kwargs={"registry": registry})
     config.stash[TALLY] = Tally(order=registry.names())
     config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
+    if _is_xdist_controller(config):  # it collects nothing: validate with the checks known at start-up
+        settings.validate_checks(registry.names(), before_collection=True)
 
 
 def pytest_collection_finish(session):
     """``--autograd-checks`` is validated once every collected directory's conftest.py has registered its checks."""
     config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller validated before collection
+        return
     config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())
+
+
+def _is_xdist_controller(config):
+    return getattr(config.option, "dist", "no") not in ("no", None) and not hasattr(config, "workerinput")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -101,7 +101,7 @@ class Settings:
                 ) from None
         return cls(devices=devices, checks=checks, seed=seed)
 
-    def validate_checks(self, known):
+    def validate_checks(self, known, before_collection=False):
         if self.checks is None:
             return
         unknown = [name for name in self.checks if name not in known]
@@ -110,6 +110,10 @@ class Settings:
 
             raise pytest.UsageError(
                 f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}{did_you_mean(unknown, known)}; "
-                f"known checks are: {', '.join(known)}. A check registered in a conftest.py applies to the "
-                "tests in that directory and below: name it only when running tests there"
+                f"known checks are: {', '.join(known)}. "
+                + ("Under pytest-xdist the names are checked before collection, so only checks of plugins and of "
+                   "the conftest.py files loaded at start-up (the rootdir's, those of the paths given) can be named"
+                   if before_collection else
+                   "A check registered in a conftest.py applies to the tests in that directory and below: name it "
+                   "only when running tests there") + "."
             )
