@@ -36,5 +36,17 @@ def applies_under(scope, path):
     return path == scope or scope in path.parents
 
 
-def describe(scope):
-    return "a plugin" if scope is None else f"{scope / 'conftest.py'}"
+def refuse_checks_out_of_scope(registry, mark, known_checks, where):
+    """A check named on the marker but registered by a conftest.py of another directory: say so."""
+    from pytest_autograd.case import UsageProblem
+
+    for option in ("checks", "skip", "xfail"):
+        names = mark.kwargs.get(option)
+        names = [names] if isinstance(names, str) else list(names or [])
+        for name in names:
+            if isinstance(name, str) and name in registry and name not in known_checks:
+                raise UsageProblem(
+                    f"{where}: {option}= names check {name!r}, which {registry.scope(name) / 'conftest.py'} registers "
+                    "for the tests in its directory only; register it in a conftest.py above this test (e.g. the "
+                    "rootdir's) or in a plugin to use it here."
+                )

@@ -10,6 +10,7 @@ import pytest
 
 from pytest_autograd import builtin, hookspecs, xfail
 from pytest_autograd.case import CORE_OPTIONS, UsageProblem, op_display_name
+from pytest_autograd.check_scope import refuse_checks_out_of_scope
 from pytest_autograd.marker import (
     positional_op_message,
     positional_ops_in_source,
@@ -107,7 +108,7 @@ def pytest_generate_tests(metafunc):
     for index, mark in enumerate(marks):
         try:
             selected = _selected_checks(settings, registry, mark, known_checks)
-            _refuse_checks_out_of_scope(registry, mark, known_checks, where)
+            refuse_checks_out_of_scope(registry, mark, known_checks, where)
             validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
             reasons = xfail.xfail_reasons(mark.kwargs.get(xfail.OPTION), known_checks, where)
             devices = _marker_devices(mark, settings, where)
@@ -142,20 +143,6 @@ def _marker_labels(marks):
     if len(set(names)) == len(names):
         return names
     return [f"op{index}-{name}" for index, name in enumerate(names)]
-
-
-def _refuse_checks_out_of_scope(registry, mark, known_checks, where):
-    """A check named on the marker but registered by a conftest.py of another directory: say so."""
-    for option in ("checks", "skip", xfail.OPTION):
-        names = mark.kwargs.get(option)
-        names = [names] if isinstance(names, str) else list(names or [])
-        for name in names:
-            if isinstance(name, str) and name in registry and name not in known_checks:
-                raise UsageProblem(
-                    f"{where}: {option}= names check {name!r}, which {registry.scope(name) / 'conftest.py'} registers "
-                    "for the tests in its directory only; register it in a conftest.py above this test (e.g. the "
-                    "rootdir's) or in a plugin to use it here."
-                )
 
 
 def pytest_pycollect_makeitem(collector, name, obj):
