@@ -74,6 +74,19 @@ def parse_devices(text, source):
     return list(dict.fromkeys(devices))
 
 
+def _parse_seed(text):
+    if text == "random":
+        from pytest_autograd.seeding import draw_random_seed
+
+        return draw_random_seed()
+    try:
+        return int(text)
+    except ValueError:
+        raise pytest.UsageError(
+            f"--autograd-seed: {text!r} is not an integer; pass e.g. --autograd-seed=1234 or 'random'"
+        ) from None
+
+
 @dataclass
 class Settings:
     devices: list
@@ -84,21 +97,11 @@ class Settings:
     def from_config(cls, config):
         devices = parse_devices(_value(config, "devices"), "--autograd-devices")
         checks = split_names(_value(config, "checks")) or None
-        seed_text = _value(config, "seed")
-        from pytest_autograd.seeding import base_seed_from_controller, draw_random_seed
+        from pytest_autograd.seeding import base_seed_from_controller
 
         seed = base_seed_from_controller(config)
-        if seed is not None:
-            pass
-        elif seed_text == "random":
-            seed = draw_random_seed()
-        else:
-            try:
-                seed = int(seed_text)
-            except ValueError:
-                raise pytest.UsageError(
-                    f"--autograd-seed: {seed_text!r} is not an integer; pass e.g. --autograd-seed=1234 or 'random'"
-                ) from None
+        if seed is None:
+            seed = _parse_seed(_value(config, "seed"))
         return cls(devices=devices, checks=checks, seed=seed)
 
     def validate_checks(self, known, before_collection=False):

@@ -203,6 +203,15 @@ def test_the_documented_conftest_works_with_the_plugin_disabled(pytester, run_py
     result.assert_outcomes(passed=1)
 
 
+def test_the_documented_conftest_works_when_plugins_are_not_autoloaded(pytester, run_pytest, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(documented_conftest())
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
+    result = run_pytest()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=1)
+
+
 # --- where a check registered in a conftest.py applies ------------------------------------------
 
 FINITE_CONFTEST = """
