@@ -9,6 +9,7 @@ from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
 from pytest_autograd.report import CheckFailure
+from pytest_autograd.reporting import attach_picture, remember_for_record
 
 MARKER = "autograd_op"
 
@@ -84,7 +85,9 @@ def run_item(item, spec, settings, registry):
         reason = check.applies(case, spec.device)
         if reason:
             skip_here(reason)
-        execute(check, case, spec.device, seed, rerun_command(item, settings.seed, spec, check), where)
+        rerun = rerun_command(item, settings.seed, spec, check)
+        remember_for_record(item, seed, rerun)
+        execute(check, case, spec.device, seed, rerun, where)
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
@@ -125,6 +128,7 @@ def execute(check, case, device, seed, rerun=None, nodeid=None):
     """Run ``check``; turn failures into a rendered pytest failure."""
     failure = run_check(check, CheckContext(check.name, case, device, seed))
     if failure is not None:
+        attach_picture(failure.report, case.config, nodeid)
         _fail(failure, rerun, nodeid, seed)
 
 
@@ -162,7 +166,9 @@ def _fail(failure, rerun, nodeid, seed=None):
         report.seed = seed
     report.rerun = report.rerun or rerun
     report.nodeid = nodeid
-    pytest.fail(report.render(), pytrace=False)
+    failed = pytest.fail.Exception(report.render(), pytrace=False)
+    failed.autograd_report = report  # the structured fields, for the JSON record
+    raise failed
 
 
 __all__ = ["run_item", "execute", "run_check", "cuda_devices", "device_problem"]
