@@ -106,14 +106,10 @@ def call_op(op, args, kwargs):
 
 
 def op_display_name(op):
-    qualname = getattr(op, "__qualname__", None)
-    if isinstance(qualname, str) and qualname.startswith("_VariableFunctionsClass."):
-        return f"torch.{op.__name__}"  # torch.exp & co., not the binding's class
-    for attr in ("__qualname__", "__name__", "_name", "name"):
-        value = getattr(op, attr, None)
-        if isinstance(value, str):
-            return value
-    return type(op).__name__
+    """The op's name as its author knows it (see :mod:`pytest_autograd.naming`)."""
+    from pytest_autograd.naming import display_name
+
+    return display_name(op)
 
 
 def argument_names(op):

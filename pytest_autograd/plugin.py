@@ -23,7 +23,7 @@ from pytest_autograd.seeding import WORKER_INPUT_KEY
 from pytest_autograd.settings import Settings, add_options, parse_devices
 from pytest_autograd.summary import Tally
 
-pytest_plugins = ["pytest_autograd.bench.plugin"]
+pytest_plugins = ["pytest_autograd.bench.plugin", "pytest_autograd.reporting"]
 MARKER = "autograd_op"
 ITEM_ARG = "_autograd_item"
 SETTINGS = pytest.StashKey()

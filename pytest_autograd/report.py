@@ -4,7 +4,7 @@ The order follows the design: check, device, dtype, sample; output and
 argument; worst element; error against tolerance; hint; seed; rerun command.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -23,6 +23,9 @@ class Report:
     seed: int = None
     rerun: str = None
     nodeid: str = None
+    picture: str = None  # path of the failure picture, with --autograd-plots
+    # Tensors behind the failure (pytest_autograd.evidence.Evidence), for pictures; never rendered as text.
+    evidence: list = field(default_factory=list, repr=False, compare=False)
 
     def render(self):
         where = [f"check {self.check}"]
@@ -51,7 +54,8 @@ class Report:
         return "\n".join(lines)
 
     def to_dict(self):
-        return asdict(self)
+        """The report's text fields, for JSON records (the evidence tensors stay out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "evidence"}
 
 
 class CheckFailure(AssertionError):

@@ -8,6 +8,7 @@ from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
 from pytest_autograd.report import CheckFailure
+from pytest_autograd.reporting import attach_picture, remember_for_record
 from pytest_autograd.rerun import pytest_command
 from pytest_autograd.seeding import item_seed, seeded
 
@@ -84,6 +85,7 @@ def _run_seeded(item, spec, settings, check, seed):
         reason = check.applies(case, spec.device)
         if reason:
             skip_here(reason)
+        remember_for_record(item, seed, rerun_command(item, settings.seed, spec, check))
         failure = run_check(check, CheckContext(check.name, case, spec.device, seed))
         problem = None
     except UsageProblem as raised:
@@ -97,6 +99,7 @@ def _run_seeded(item, spec, settings, check, seed):
         pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_failure(summary), summary)
         if pointer:
             pytest.fail(pointer, pytrace=False)
+        attach_picture(failure.report, case.config, where)
         _fail(failure, rerun_command(item, settings.seed, spec, check), where, seed)
 
 
@@ -124,6 +127,7 @@ def execute(check, case, device, seed, rerun=None, nodeid=None):
     """Run ``check``; turn failures into a rendered pytest failure."""
     failure = run_check(check, CheckContext(check.name, case, device, seed))
     if failure is not None:
+        attach_picture(failure.report, case.config, nodeid)
         _fail(failure, rerun, nodeid, seed)
 
 
@@ -161,7 +165,9 @@ def _fail(failure, rerun, nodeid, seed=None):
         report.seed = seed
     report.rerun = report.rerun or rerun
     report.nodeid = nodeid
-    pytest.fail(report.render(), pytrace=False)
+    failed = pytest.fail.Exception(report.render(), pytrace=False)
+    failed.autograd_report = report  # the structured fields, for the JSON record
+    raise failed
 
 
 __all__ = ["run_item", "execute", "run_check", "cuda_devices", "device_problem"]

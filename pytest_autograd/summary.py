@@ -1,6 +1,10 @@
-"""The end-of-session table: one row per check, one column per device."""
+"""The end-of-session table: one row per check, one column per device, then what failed per test."""
 
 import pytest
+
+from pytest_autograd.record import test_name
+
+MAX_FAILED_TESTS = 50  # lines listing failing tests; the rest are counted
 
 
 class Tally:
@@ -10,6 +14,7 @@ class Tally:
         self.counts = {}  # (check, device) -> {outcome: n}
         self.order = list(order)  # registry order, so rows read the same under xdist
         self.absent = {}  # device -> reason, for devices asked for but not available
+        self.failed = {}  # test -> [check-device, ...] of its failed items, in order
 
     def pytest_runtest_logreport(self, report):
         key = dict(report.user_properties).get("autograd")
@@ -20,6 +25,9 @@ class Tally:
             if report.skipped and isinstance(report.longrepr, tuple) and "was asked for but" in str(report.longrepr[2]):
                 self.absent.setdefault(device, str(report.longrepr[2]).replace("Skipped: ", ""))
             outcome = report.outcome
+            if report.failed:
+                item_id = f"{check}-{device}"
+                self.failed.setdefault(test_name(report.nodeid, item_id), []).append(item_id)
             per = self.counts.setdefault((check, device), {})
             per[outcome] = per.get(outcome, 0) + 1
 
@@ -42,8 +50,22 @@ class Tally:
         for check in checks:
             row = [check.ljust(width)] + [cells.get((check, d), "-").ljust(w) for d, w in zip(devices, columns)]
             write("  ".join(row).rstrip())
+        self._write_failed(write)
         for device, reason in self.absent.items():
             terminalreporter.write_line(f"warning: {reason}: none of its items ran", yellow=True, bold=True)
+
+    def _write_failed(self, write):
+        """Which op is broken, without scrolling through the reports: one line per failing test."""
+        if not self.failed:
+            return
+        write("")
+        write("failed items, by test:")
+        width = min(60, max(len(test) for test in self.failed))
+        for test, items in list(self.failed.items())[:MAX_FAILED_TESTS]:
+            write(f"  {test.ljust(width)}  {', '.join(dict.fromkeys(items))}")
+        hidden = len(self.failed) - MAX_FAILED_TESTS
+        if hidden > 0:
+            write(f"  ... and {hidden} more failing tests")
 
     @staticmethod
     def _cell(per):

@@ -291,7 +291,7 @@ def test_relu(autograd_bench):
     assert result.forward.median > 0 and result.forward.rounds >= 3
     assert result.backward.noise >= 0 and result.forward_backward.iqr >= 0
     assert result.speedup("forward") > 0
-    assert result.reference.name == "relu" and result.op.name == "MyReLU.apply"
+    assert result.reference.name == "torch.relu" and result.op.name == "MyReLU.apply"
     assert {row["direction"] for row in result.rows} == {"forward", "backward", "forward+backward"}
 """)
     result = pytester.runpytest_inprocess(*BASE, "--autograd-bench", "--autograd-bench-warmup=0.001")

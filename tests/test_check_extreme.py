@@ -84,5 +84,5 @@ def test_a_reference_that_raises_is_blamed_instead_of_the_op(pytester):
     result = run(pytester, "Cube", marker=", reference=lambda x, scale: x ** 3")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "reference=<lambda> raised TypeError in its forward: *missing 1 required positional argument: 'scale'",
+        "reference=lambda at test_ops.py:* raised TypeError in its forward: *missing 1 required positional argument: 'scale'",
     ])

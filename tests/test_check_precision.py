@@ -104,6 +104,6 @@ def test_a_reference_that_raises_is_blamed_instead_of_the_op(pytester):
     result = run(pytester, "LinearFunction", marker=", reference=lambda x, w: x @ w.T")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "reference=<lambda> raised TypeError in its forward: *takes 2 positional arguments but 3 were given",
+        "reference=lambda at test_ops.py:* raised TypeError in its forward: *takes 2 positional arguments but 3 were given",
         "  check precision, device cpu, dtype float32, sample 0",
     ])

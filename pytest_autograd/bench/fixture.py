@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from pytest_autograd.bench.config import BadSetting, parse_directions
-from pytest_autograd.bench.measure import bench_point, display_name, machine_info
+from pytest_autograd.bench.measure import bench_point, machine_info
 from pytest_autograd.bench.plugin import stable_nodeid
 from pytest_autograd.bench.results import BaselineProblem, make_rows
 from pytest_autograd.case import Sample, UsageProblem, build_case, normalise_samples
 from pytest_autograd.execution import OpRaised
+from pytest_autograd.naming import display_name
 
 
 def make_bench(request, state):

@@ -19,6 +19,7 @@ from pytest_autograd.bench.timers import measure
 from pytest_autograd.case import UsageProblem
 from pytest_autograd.compare import dtype_label
 from pytest_autograd.execution import OpRaised, flatten_outputs, floating_dtype, prepare
+from pytest_autograd.naming import display_name
 
 FORWARD, BACKWARD, BOTH = DIRECTIONS
 
@@ -98,7 +99,7 @@ def bench_point(case, sample, device, dtype, config, directions, generator):
     """Time the op (and the reference, if any) on ``sample``; returns a BenchResult without rows."""
     impls = [("op", case.name, case.call)]
     if case.reference is not None:
-        impls.append(("reference", _name(case.reference), case.reference))
+        impls.append(("reference", display_name(case.reference), case.reference))
     cotangent_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
     runners = {}
     for impl, name, call in impls:
@@ -233,27 +234,6 @@ def _device_of(prepared):
 def _dtype_label(sample, dtype):
     dtype = dtype or floating_dtype(sample)
     return None if dtype is None else dtype_label(dtype)
-
-
-def _name(fn):
-    return display_name(fn)
-
-
-def display_name(fn):
-    """A short readable name: ``MyReLU.apply``, ``relu``, ``linear``, ``LinearFunction``."""
-    owner = getattr(fn, "__self__", None)
-    if isinstance(owner, type) and isinstance(getattr(fn, "__name__", None), str):
-        return f"{owner.__name__}.{fn.__name__}"
-    qualname, name = getattr(fn, "__qualname__", None), getattr(fn, "__name__", None)
-    if isinstance(qualname, str) and not qualname.startswith("_") and "<" not in qualname:
-        return qualname
-    if isinstance(name, str):
-        return name
-    for attr in ("_name", "name"):
-        value = getattr(fn, attr, None)
-        if isinstance(value, str):
-            return value
-    return type(fn).__name__
 
 
 def machine_info(device=None):

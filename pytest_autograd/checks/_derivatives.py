@@ -16,11 +16,12 @@ that is only right for positive grad_outputs fails.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from pytest_autograd.compare import dtype_label, fmt, fmt_index
+from pytest_autograd.evidence import Evidence
 from pytest_autograd.execution import grads_of, random_cotangents
 
 EPS = 1e-6
@@ -44,6 +45,7 @@ class DerivativeError:
     strategy: str
     argument_grad_all_zero: bool
     numerical_nonzero: bool
+    evidence: list = field(default_factory=list)  # the Jacobians behind it, for failure pictures
 
     def worst(self):
         return f"{self.element}: expected {fmt(self.expected)} (numerical), got {fmt(self.got)} (analytical)"
@@ -190,6 +192,7 @@ def _exhaustive(outputs, leaves, names, output_names, numerical, cotangents, ana
                 strategy="full Jacobian",
                 argument_grad_all_zero=bool((ana == 0).all()),
                 numerical_nonzero=bool((num != 0).any()),
+                evidence=[Evidence.of(f"d {output_names[k]} / d {names[j]}", num, ana, (r, e), kind="jacobian")],
             )
             worst = _pick(worst, found)
     if worst is not None:

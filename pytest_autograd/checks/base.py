@@ -8,6 +8,7 @@ built-in ones.
 import torch
 
 from pytest_autograd.compare import Mismatch, compare_tensors, dtype_label, tolerance_for
+from pytest_autograd.evidence import Evidence
 from pytest_autograd.execution import OpRaised, floating_dtype, prepare, run_op
 from pytest_autograd.report import CheckFailure, Report
 
@@ -96,7 +97,8 @@ class CheckContext:
         mismatch = compare_tensors(expected, got, atol, rtol)
         if mismatch is None:
             return
-        self.fail_mismatch(mismatch, summary, what, hint=hint, **fields)
+        evidence = [Evidence.of(what, expected, got, mismatch.index)] if mismatch.problem is None else []
+        self.fail_mismatch(mismatch, summary, what, hint=hint, evidence=evidence, **fields)
 
     def fail_mismatch(self, mismatch: Mismatch, summary, what, hint=None, **fields):
         self.fail(summary, worst=mismatch.worst(what), error=mismatch.error_line(), hint=hint, **fields)

@@ -54,7 +54,8 @@ class GradCheck(Check):
                 context.fail(
                     f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
                     output=error.output, argument=error.argument, worst=error.worst(),
-                    error=error.error_line(), hint=derivative_hint(error, has_backward=context.case.is_function),
+                    error=error.error_line(), evidence=error.evidence,
+                    hint=derivative_hint(error, has_backward=context.case.is_function),
                 )
         if low_precision and not checked:
             from pytest import skip

@@ -106,11 +106,12 @@ class GradGradCheck(Check):
                            f"backward is not differentiable w.r.t. `{error.argument}`: the analytical second "
                            "derivative is all zeros while the numerical one is not")
                 context.fail(summary, output=error.output, argument=error.argument, worst=error.worst(),
-                             error=error.error_line(), hint=NOT_DIFFERENTIABLE_HINT.format(name=error.argument))
+                             error=error.error_line(), evidence=error.evidence,
+                             hint=NOT_DIFFERENTIABLE_HINT.format(name=error.argument))
             context.fail(
                 f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the numerical one",
                 output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
-                hint="the backward's own gradient is wrong: check the ops backward uses on saved tensors",
+                evidence=error.evidence, hint="the backward's own gradient is wrong: check the ops backward uses on saved tensors",
             )
         if low_precision and not checked:
             from pytest import skip

@@ -29,6 +29,7 @@ from pytest_autograd.checks._transforms import (
 )
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import dtype_label, fmt
+from pytest_autograd.evidence import Evidence
 from pytest_autograd.execution import OpRaised, has_floating_input
 
 FLOOR_ULPS = 8  # the budget's floor, in units of the dtype's eps
@@ -163,8 +164,9 @@ def _report(context, dtype, k, violations, op_truth, ref_truth):
             skip_here(f"the op differs from the reference even in float64 (by {fmt(maths)} in "
                       f"{worst.pair.label}): a maths error, which the reference check reports; precision is "
                       "judged only once the maths agree")
+    evidence = [Evidence.of(worst.pair.label, worst.pair.expected, worst.pair.got)]
     context.fail(summary, dtype=name, worst=error.worst(worst.pair.label), error=line, details=details,
-                 hint=_hint(dtype, error.value), **worst.pair.fields)
+                 hint=_hint(dtype, error.value), evidence=evidence, **worst.pair.fields)
 
 
 def _hint(dtype, error):
