@@ -8,9 +8,16 @@ about a second each, so they are all imported here, before any run.
 """
 
 import importlib
+import os
 
 import pytest
 import torch
+
+# Without a GPU, Triton kernels run on CPU tensors in Triton's interpreter. It is
+# read when triton is first imported (torch._dynamo imports it), so it is
+# switched on here, before anything can; a GPU runs the same tests natively.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from _pytest import pytester as pytester_module
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it, and sympy, on first use)
 
