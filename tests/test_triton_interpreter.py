@@ -78,3 +78,43 @@ def test_bench_still_times_a_plain_torch_op_under_the_interpreter(pytester):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", *BENCH)
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*numpy interpreter*")
+
+
+NATIVE_KERNEL_TEST = """
+import pytest, torch, triton, triton.language as tl
+
+@triton.jit
+def double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        double_kernel[(triton.cdiv(x.numel(), 8),)](x, y, x.numel(), BLOCK=8)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+@pytest.mark.autograd_op(op=Double, checks=["gradcheck"])
+def test_double():
+    return (torch.randn(5),)
+"""
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU runs the kernel natively")
+def test_a_triton_kernel_given_cpu_tensors_without_the_interpreter_is_told_to_set_it(pytester, monkeypatch):
+    pytest.importorskip("triton", reason="triton is not installed")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    pytester.makepyfile(NATIVE_KERNEL_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*the op's forward raised RuntimeError*",
+        "*hint: a Triton kernel got CPU tensors: without a GPU, run it in Triton's interpreter by setting "
+        "TRITON_INTERPRET=1 before triton is imported*",
+    ])
