@@ -62,6 +62,7 @@ __all__ = [
 
 NAMESPACE = "autograd_triton"
 ROWS_PER_PROGRAM = 4  # rows in one program's tile; test shapes use row counts it does not divide
+TILE_ELEMENTS = 8192  # wide rows get fewer rows per tile, down to one, so a tile stays in registers
 EPS = 1e-6
 
 # The bugs a backward variant plants, chosen by a constexpr so the kernels are shared.
@@ -132,6 +133,12 @@ def _rms_norm_backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial
 # ---------------------------------------------------------------------------
 
 
+def _tile(n_cols):
+    """(rows per program, BLOCK_N) for rows of ``n_cols`` elements."""
+    block_n = triton.next_power_of_2(n_cols)
+    return max(1, min(ROWS_PER_PROGRAM, TILE_ELEMENTS // block_n)), block_n
+
+
 def _accumulator(dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
@@ -166,9 +173,10 @@ def rms_norm_forward(x, weight, eps=EPS):
     y = torch.empty_like(rows)
     rstd = torch.empty(rows.shape[0], dtype=_rstd_dtype(x.dtype), device=x.device)
     if rows.numel():
-        _rms_norm_forward_kernel[(triton.cdiv(rows.shape[0], ROWS_PER_PROGRAM),)](
+        tile_rows, block_n = _tile(n_cols)
+        _rms_norm_forward_kernel[(triton.cdiv(rows.shape[0], tile_rows),)](
             rows, weight.contiguous(), y, rstd, rows.shape[0], n_cols, eps,
-            ROWS=ROWS_PER_PROGRAM, BLOCK_N=triton.next_power_of_2(n_cols), ACC=_accumulator(x.dtype))
+            ROWS=tile_rows, BLOCK_N=block_n, ACC=_accumulator(x.dtype))
     return y.reshape(x.shape), rstd.reshape(x.shape[:-1])
 
 
@@ -180,12 +188,13 @@ def rms_norm_backward(grad_y, x, weight, rstd, bug=CORRECT):
     dy = grad_y.reshape(-1, n_cols).contiguous()
     n_rows = rows.shape[0]
     dx = torch.empty_like(rows)
-    blocks = triton.cdiv(n_rows, ROWS_PER_PROGRAM)
+    tile_rows, block_n = _tile(n_cols)
+    blocks = triton.cdiv(n_rows, tile_rows)
     dw_partial = torch.zeros(max(blocks, 1), n_cols, dtype=_rstd_dtype(x.dtype), device=x.device)
     if n_rows and n_cols:
         _rms_norm_backward_kernel[(blocks,)](
             dy, rows, weight.contiguous(), rstd.reshape(-1).contiguous(), dx, dw_partial, n_rows, n_cols,
-            ROWS=ROWS_PER_PROGRAM, BLOCK_N=triton.next_power_of_2(n_cols), ACC=_accumulator(x.dtype), BUG=bug)
+            ROWS=tile_rows, BLOCK_N=block_n, ACC=_accumulator(x.dtype), BUG=bug)
     return dx.reshape(x.shape), dw_partial.sum(0).to(weight.dtype)
 
 

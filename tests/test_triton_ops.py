@@ -41,6 +41,13 @@ def test_triton_rms_norm_custom_op_passes_every_default_check():
     return rms_norm_samples()
 
 
+@pytest.mark.autograd_op(op=TritonRMSNorm, reference=rms_norm_reference, checks=["bench"], sweep=[1024, 8192],
+                         **NATIVE)
+def test_triton_rms_norm_timings_against_plain_torch(rows=5):
+    """Opt-in (--autograd-bench), on a GPU: the kernels against plain torch at a model's width, 4096."""
+    return [(torch.randn(rows, 4096), torch.randn(4096) + 1.0)]
+
+
 def test_the_samples_leave_tails_for_the_row_blocks_and_the_column_masks():
     for sample in rms_norm_samples():
         rows = sample[0].numel() // sample[0].shape[-1]
