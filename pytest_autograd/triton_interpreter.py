@@ -61,12 +61,12 @@ def counting_interpreted_launches():
 def interpreted_kernels_reason(call):
     """Why ``call`` (one run of the op) cannot be timed here, or None.
 
-    Only under the interpreter, with triton imported, is ``call`` run: once,
-    counting interpreted launches. Whatever it raises is left to the timing
+    Only under the interpreter, with triton's interpreter imported, is
+    ``call`` run: once, counting interpreted launches. Whatever it raises is left to the timing
     itself to report.
     """
-    if not interpreter_on() or "triton" not in sys.modules:
-        return None
+    if not interpreter_on() or sys.modules.get("triton.runtime.interpreter") is None:
+        return None  # no kernel can have run interpreted
     with counting_interpreted_launches() as count:
         try:
             call()
