@@ -222,4 +222,7 @@ def _constant_hint(message):
                 "a gradient for each tensor input, None for non-tensor or non-differentiable ones")
     if "returned an invalid gradient" in message:
         return "each gradient backward returns must have the shape (and dtype) of its input"
+    if "active drivers" in message or "cannot be accessed from Triton" in message:
+        return ("a Triton kernel got CPU tensors: without a GPU, run it in Triton's interpreter by setting "
+                "TRITON_INTERPRET=1 before triton is imported (e.g. `TRITON_INTERPRET=1 pytest`)")
     return None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_autograd import builtin, hookspecs, xfail
+from pytest_autograd import builtin, hookspecs, triton_interpreter, xfail
 from pytest_autograd.case import CORE_OPTIONS, UsageProblem, op_display_name
 from pytest_autograd.check_scope import refuse_checks_out_of_scope
 from pytest_autograd.marker import (
@@ -92,7 +92,9 @@ def pytest_configure_node(node):
 def pytest_report_header(config):
     settings = config.stash[SETTINGS]
     checks = ",".join(settings.checks) if settings.checks else "all"
-    return f"autograd: devices={','.join(settings.devices)} checks={checks} seed={settings.seed}"
+    lines = [f"autograd: devices={','.join(settings.devices)} checks={checks} seed={settings.seed}"]
+    interpreter = triton_interpreter.header_line()
+    return lines + ([interpreter] if interpreter else [])
 
 
 def pytest_generate_tests(metafunc):

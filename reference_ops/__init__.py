@@ -2,6 +2,9 @@
 
 * :mod:`reference_ops.functions` -- correct classic examples (exported here).
 * :mod:`reference_ops.buggy` -- planted-bug twins, one classic mistake each.
+* :mod:`reference_ops.triton_ops` -- RMSNorm as Triton kernels with a
+  hand-written backward, and its planted-bug twins (needs triton; imported
+  only on use).
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -27,7 +30,7 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "extension"})
+_LAZY_SUBMODULES = frozenset({"buggy", "extension", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

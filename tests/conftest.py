@@ -8,6 +8,7 @@ about a second each, so they are all imported here, before any run.
 """
 
 import importlib
+import os
 
 import pytest
 import torch
@@ -19,6 +20,12 @@ import pytest_autograd.runner  # noqa: F401
 import reference_ops  # noqa: F401
 import reference_ops.buggy  # noqa: F401
 from pytest_autograd.builtin import builtin_check_names
+
+# Without a GPU, Triton kernels run on CPU tensors in Triton's interpreter. It is
+# read when triton is first imported (torch._dynamo imports it), so it is
+# switched on here, before anything can; a GPU runs the same tests natively.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 for _name in builtin_check_names():
     importlib.import_module(f"pytest_autograd.checks.{_name}")

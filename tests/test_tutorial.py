@@ -21,6 +21,9 @@ handled in order; markers are HTML comments on the lines just above a fence
 * ``<!-- not run: REASON -->``: shown only (e.g. needs a GPU); a reason is required.
 * ``<!-- requires: extension -->`` anywhere on a page: the page is skipped
   where the C++ extension cannot be built (no compiler or ninja).
+* ``<!-- requires: triton -->``: the page is skipped without triton or
+  without its interpreter (``TRITON_INTERPRET=1``, set by ``conftest.py``
+  where there is no GPU).
 
 Any other block fails the test: nothing is shown that is not checked.
 """
@@ -322,11 +325,28 @@ def test_every_block_of_the_page_runs_and_shows_its_real_output(page, pytester):
     # The first build of the extension takes a while; torch caches it, and the result is remembered.
     if "requires: extension" in page_markers(page) and not extension.extension_available():
         pytest.skip("the C++ extension cannot be built here (see reference_ops/extension.py for what to install)")
+    if "requires: triton" in page_markers(page):
+        triton_problem = _triton_interpreter_problem()
+        if triton_problem:
+            pytest.skip(triton_problem)
     run = PageRun(page, pytester)
     torch.manual_seed(0)
     for block in parse_blocks(page):
         run.run(block)
     run.finish()
+
+
+def _triton_interpreter_problem():
+    """Why a Triton page cannot run here (its runs are on CPU, in Triton's interpreter), or None."""
+    import importlib.util
+
+    from pytest_autograd.triton_interpreter import interpreter_on
+
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed: pip install -e '.[test]' installs it"
+    if not interpreter_on():
+        return "the page runs Triton kernels on CPU tensors, which needs TRITON_INTERPRET=1 before triton is imported"
+    return None
 
 
 def test_the_tutorial_has_pages_and_every_page_is_linked_from_the_first():

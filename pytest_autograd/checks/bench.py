@@ -14,7 +14,9 @@ from pytest_autograd.bench.measure import bench_point, machine_info
 from pytest_autograd.bench.plugin import OFF_REASON, bench_enabled, stable_nodeid, state_of, sweep_parameter
 from pytest_autograd.bench.results import BaselineProblem, make_rows
 from pytest_autograd.case import UsageProblem
+from pytest_autograd.checks._transforms import forward_and_backward
 from pytest_autograd.checks.base import Check
+from pytest_autograd.triton_interpreter import interpreted_kernels_reason
 
 
 class Bench(Check):
@@ -42,6 +44,11 @@ class Bench(Check):
 
     def run(self, context):
         case = context.case
+        refusal = interpreted_kernels_reason(lambda: forward_and_backward(context, case.samples[0], None))
+        if refusal:
+            from pytest_autograd.runner import skip_here
+
+            skip_here(refusal)
         state = state_of(case.config)
         item = state.current_item
         where = item.nodeid if item is not None else case.name

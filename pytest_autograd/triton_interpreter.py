@@ -1,0 +1,77 @@
+"""Triton's interpreter (``TRITON_INTERPRET=1``): what the plugin says and refuses under it.
+
+Under the interpreter, ``@triton.jit`` kernels run on CPU tensors through
+numpy, one program at a time: right for every correctness check, which only
+needs the kernel's numbers, and meaningless for timing. The header says the
+interpreter is on; the bench check refuses to time an op that launches
+interpreted kernels. Imports neither torch nor triton: ``plugin.py`` uses it
+for the header.
+"""
+
+import os
+import sys
+from contextlib import contextmanager
+
+ENV = "TRITON_INTERPRET"
+_TRUE = ("1", "true", "on", "yes")
+
+BENCH_REFUSAL = (f"{ENV}=1: the op launches Triton kernels, which run in Triton's numpy interpreter here, so a "
+                 "timing would measure the interpreter, not the kernel; benchmark on a GPU without " + ENV)
+
+
+def interpreter_on():
+    """True when ``TRITON_INTERPRET`` is set to a true value (as Triton reads it)."""
+    return os.environ.get(ENV, "").strip().lower() in _TRUE
+
+
+def header_line():
+    """The report-header line for the interpreter, or None when it is off."""
+    if not interpreter_on():
+        return None
+    return (f"autograd: {ENV}=1, Triton kernels run in Triton's CPU interpreter: every check judges their "
+            "numbers, bench refuses to time them")
+
+
+@contextmanager
+def counting_interpreted_launches():
+    """Counts interpreted kernel launches in the block: yields a one-element list, or None if unknowable.
+
+    None means triton is imported but its interpreter is not laid out as
+    expected (another triton version): callers then assume kernels ran.
+    """
+    module = sys.modules.get("triton.runtime.interpreter")
+    executor = getattr(module, "GridExecutor", None) if module is not None else None
+    original = getattr(executor, "__dict__", {}).get("__call__")
+    if original is None:
+        yield None
+        return
+    count = [0]
+
+    def launch(self, *args, **kwargs):  # every interpreted launch, kernel[grid](...) or autotuned
+        count[0] += 1
+        return original(self, *args, **kwargs)
+
+    executor.__call__ = launch
+    try:
+        yield count
+    finally:
+        executor.__call__ = original
+
+
+def interpreted_kernels_reason(call):
+    """Why ``call`` (one run of the op) cannot be timed here, or None.
+
+    Only under the interpreter, with triton's interpreter imported, is
+    ``call`` run: once, counting interpreted launches. Whatever it raises is left to the timing
+    itself to report.
+    """
+    if not interpreter_on() or sys.modules.get("triton.runtime.interpreter") is None:
+        return None  # no kernel can have run interpreted
+    with counting_interpreted_launches() as count:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - the bench run reports the op's own errors
+            pass
+    if count is None or count[0]:
+        return BENCH_REFUSAL
+    return None

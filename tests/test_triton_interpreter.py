@@ -1,0 +1,120 @@
+"""What the plugin says and refuses when Triton's interpreter (TRITON_INTERPRET=1) is on."""
+
+import pytest
+
+from pytest_autograd.triton_interpreter import interpreted_kernels_reason, interpreter_on
+
+BENCH = ["--autograd-checks=bench", "--autograd-bench", "--autograd-bench-budget=0.01",
+         "--autograd-bench-warmup=0.001", "-rs"]
+
+TRITON_TEST = """
+import pytest
+from reference_ops.triton_ops import TritonRMSNorm, rms_norm_reference, rms_norm_samples
+
+@pytest.mark.autograd_op(op=TritonRMSNorm, reference=rms_norm_reference, double_backward=False)
+def test_rms_norm():
+    return rms_norm_samples()[:1]
+"""
+
+TORCH_TEST = """
+import pytest, torch
+from reference_ops import Cube, cube_reference
+
+@pytest.mark.autograd_op(op=Cube, reference=cube_reference)
+def test_cube():
+    return [torch.randn(16)]
+"""
+
+
+@pytest.mark.parametrize("value", ["1", "true", "ON"])
+def test_the_header_says_when_triton_kernels_run_in_the_interpreter(pytester, run_pytest, monkeypatch, value):
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    run_pytest("--collect-only").stdout.fnmatch_lines([
+        "autograd: devices=cpu checks=all seed=0",
+        "autograd: TRITON_INTERPRET=1, Triton kernels run in Triton's CPU interpreter: every check judges their "
+        "numbers, bench refuses to time them",
+    ])
+
+
+@pytest.mark.parametrize("value", [None, "0", ""])
+def test_the_header_says_nothing_of_triton_without_the_interpreter(pytester, run_pytest, monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", value)
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run_pytest("--collect-only")
+    result.stdout.no_fnmatch_line("*TRITON_INTERPRET*")
+
+
+def test_an_op_that_launches_no_kernel_is_not_refused_under_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpreted_kernels_reason(lambda: None) is None
+
+
+needs_interpreter = pytest.mark.skipif(
+    not interpreter_on(), reason="needs triton's interpreter (TRITON_INTERPRET=1 before triton is imported)")
+
+
+@needs_interpreter
+def test_bench_refuses_to_time_interpreted_triton_kernels_and_says_why(pytester):
+    pytest.importorskip("triton", reason="triton is not installed")
+    pytester.makepyfile(TRITON_TEST)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", *BENCH)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "*TRITON_INTERPRET=1: the op launches Triton kernels, which run in Triton's numpy interpreter here, so a "
+        "timing would measure the interpreter, not the kernel; benchmark on a GPU without TRITON_INTERPRET*",
+    ])
+
+
+@needs_interpreter
+def test_bench_still_times_a_plain_torch_op_under_the_interpreter(pytester):
+    pytest.importorskip("triton", reason="triton is not installed")
+    import triton.runtime.interpreter  # noqa: F401  (what the refusal looks for)
+
+    pytester.makepyfile(TORCH_TEST)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:benchmark", *BENCH)
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*numpy interpreter*")
+
+
+NATIVE_KERNEL_TEST = """
+import pytest, torch, triton, triton.language as tl
+
+@triton.jit
+def double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        double_kernel[(triton.cdiv(x.numel(), 8),)](x, y, x.numel(), BLOCK=8)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+@pytest.mark.autograd_op(op=Double, checks=["gradcheck"])
+def test_double():
+    return (torch.randn(5),)
+"""
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU runs the kernel natively")
+def test_a_triton_kernel_given_cpu_tensors_without_the_interpreter_is_told_to_set_it(pytester, monkeypatch):
+    pytest.importorskip("triton", reason="triton is not installed")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    pytester.makepyfile(NATIVE_KERNEL_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*the op's forward raised RuntimeError*",
+        "*hint: a Triton kernel got CPU tensors: without a GPU, run it in Triton's interpreter by setting "
+        "TRITON_INTERPRET=1 before triton is imported*",
+    ])
