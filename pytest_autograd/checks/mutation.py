@@ -9,7 +9,10 @@ branch), so writing into it corrupts someone else's data.
 
 import inspect
 
-from pytest_autograd.checks._hygiene import call_with, changed_elements, tensor_arguments
+import torch
+
+from pytest_autograd.case import UsageProblem
+from pytest_autograd.checks._hygiene import call_with, changed_elements, function_node, tensor_arguments
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import fmt, fmt_index
 from pytest_autograd.execution import grads_of, output_label, random_cotangents
@@ -17,15 +20,18 @@ from pytest_autograd.execution import grads_of, output_label, random_cotangents
 
 class Mutation(Check):
     name = "mutation"
-    description = "forward modifies no input unless declared (ctx.mark_dirty); backward never modifies grad_output"
+    description = ("forward modifies no input unless declared (ctx.mark_dirty, mutates=); backward modifies no "
+                   "input, output, saved tensor or grad_output")
+    options = {"mutates": None}
 
     def run(self, context):
         case = context.case
-        declared = declared_mutations(case)
+        declared = declared_mutations(case) | declared_by_marker(case)
         for index, sample in context.samples():
             prepared = context.prepare(sample)
             args, kwargs = prepared.call_args()
             arguments = tensor_arguments(case, args, kwargs)
+            plain = plain_arguments(case, args, kwargs)
             before = [_snapshot(tensor) for _, _, tensor in arguments]
             call = call_with(case, args, kwargs)
             for (slot, name, tensor), snapshot in zip(arguments, before):
@@ -33,7 +39,13 @@ class Mutation(Check):
                 if returned_itself or slot in declared or name in declared:
                     continue
                 _fail_if_changed(context, snapshot, tensor, name, "forward", "its argument", _forward_hint(case, name))
+            for slot, name, value, copy in plain:
+                if slot not in declared and name not in declared:
+                    _fail_if_plain_changed(context, copy, value, name, "forward")
             after_forward = [_snapshot(tensor) for _, _, tensor in arguments]
+            outputs_after_forward = [_snapshot(out) for out in call.outputs]
+            saved = saved_tensors(case, call.outputs)
+            saved_after_forward = [_snapshot(tensor) for _, tensor in saved]
             cotangents = random_cotangents(call.outputs, context.generator)
             cotangent_snapshots = [None if c is None else _snapshot(c) for c in cotangents]
             if prepared.leaves and any(out.requires_grad for out in call.outputs):
@@ -49,10 +61,77 @@ class Mutation(Check):
                 _fail_if_changed(context, snapshot, tensor, name, "backward", "the op's input",
                                  f"backward must not write to the op's inputs: compute a new tensor from `{name}` "
                                  "instead of updating it in place")
+            for slot, name, value, copy in plain:
+                _fail_if_plain_changed(context, copy, value, name, "backward")
+            count = len(call.outputs)
+            for k, (out, snapshot) in enumerate(zip(call.outputs, outputs_after_forward)):
+                label = output_label(k, count)
+                _fail_if_changed(context, snapshot, out, label, "backward", "the op's output", BACKWARD_OUTPUT_HINT,
+                                 output=label, argument=None)
+            for (label, tensor), snapshot in zip(saved, saved_after_forward):
+                _fail_if_changed(context, snapshot, tensor, label, "backward", "the saved tensor",
+                                 BACKWARD_SAVED_HINT, argument=None)
+
+
+BACKWARD_OUTPUT_HINT = ("backward must not write to what forward returned (e.g. `y.mul_(grad)` on a saved output): "
+                        "the caller still holds the output, and double backward reads it again; compute a new "
+                        "tensor (`grad * y`)")
+BACKWARD_SAVED_HINT = ("backward must not write to what forward saved: a second backward (retain_graph=True) or "
+                       "double backward reads it again; compute a new tensor instead of updating it in place")
 
 
 GRAD_OUTPUT_HINT = ("compute a new tensor (`{name} * 2`) instead of updating it in place (`{name}.mul_(2)`): "
                     "the gradient belongs to the caller and may be shared with other branches of the graph")
+
+
+def plain_arguments(case, args, kwargs):
+    """(slot, name, value, copy) for every mutable non-tensor argument (a list, dict, set or bytearray)."""
+    import copy
+
+    found = []
+    for slot, value in list(enumerate(args)) + list(kwargs.items()):
+        if isinstance(value, (list, dict, set, bytearray)):
+            try:
+                snapshot = copy.deepcopy(value)
+                comparable = bool(snapshot == value)
+            except Exception:  # a value that cannot be copied or compared cannot be judged
+                continue
+            if comparable:
+                found.append((slot, case.arg_name(slot), value, snapshot))
+    return found
+
+
+def _fail_if_plain_changed(context, before, now, name, phase):
+    try:
+        same = bool(before == now)
+    except Exception:
+        return
+    if same:
+        return
+    undeclared = " without declaring it" if phase == "forward" else ""
+    kind = type(now).__name__
+    context.fail(f"{phase} modified its argument `{name}` (a {kind}) in place{undeclared}: {before!r:.80} -> {now!r:.80}",
+                 argument=name,
+                 details=["the caller's object changed, so every later call with it gets different values "
+                          "(e.g. paddings reversed on every second call)"],
+                 hint=f"work on a copy (`{name} = {kind}({name})`) instead of changing the caller's {kind}"
+                      + (f", or declare the change on the marker: mutates=(\"{name}\",)" if phase == "forward" else ""))
+
+
+def saved_tensors(case, outputs):
+    """("ctx.saved_tensors[i]" or "ctx.<attribute>", tensor) for what a Function's forward kept for backward."""
+    node = function_node(case, outputs)
+    if node is None:
+        return []
+    found = []
+    try:
+        found += [(f"ctx.saved_tensors[{i}]", t) for i, t in enumerate(node.saved_tensors) if t is not None]
+    except RuntimeError:  # already freed, or saved tensors of an unusual kind
+        pass
+    for attribute, value in list(vars(node).items()):
+        if isinstance(value, torch.Tensor):
+            found.append((f"ctx.{attribute}", value))
+    return found
 
 
 def _snapshot(tensor):
@@ -86,12 +165,38 @@ def _fail_if_changed(context, snapshot, tensor, name, phase, what, hint, **field
 
 
 def _forward_hint(case, name):
+    buffer = (f"; for a buffer the op updates on purpose (running statistics), declare it on the marker: "
+              f"mutates=(\"{name}\",)")
+    if name in case.constant_slots:
+        buffer += " (constants= only says it is not differentiated; it does not allow changing it)"
     if case.is_function:
         return (f"work on a copy (`{name} = {name}.clone()`), or declare the in-place update with "
-                f"ctx.mark_dirty({name}) and return `{name}` itself")
+                f"ctx.mark_dirty({name}) and return `{name}` itself{buffer}")
     if _schema(case.op) is not None:
         return f"work on a copy, or declare the write with mutates_args=[\"{name}\"] on the custom op"
-    return f"work on a copy of `{name}`, or return the modified `{name}` itself so the caller sees the change"
+    return f"work on a copy of `{name}`, or return the modified `{name}` itself so the caller sees the change{buffer}"
+
+
+def declared_by_marker(case):
+    """Slots and names in ``mutates=`` on the marker: arguments the op may change in place."""
+    declared = case.option("mutates")
+    if declared is None:
+        return set()
+    entries = [declared] if isinstance(declared, (str, int)) else list(declared)
+    keywords = {key for sample in case.samples for key in sample.kwargs}
+    slots = set()
+    for entry in entries:
+        if isinstance(entry, int) and not isinstance(entry, bool):
+            slots.update({entry, case.arg_name(entry)})
+        elif isinstance(entry, str) and (entry in case.arg_names or entry in keywords):
+            slots.add(entry)
+            if entry in case.arg_names:
+                slots.add(case.arg_names.index(entry))
+        else:
+            known = ", ".join(case.arg_names) or "unknown (the op's signature cannot be read; use positions)"
+            raise UsageProblem(f"mutates={declared!r} names {entry!r}, which is not an argument of the op; its "
+                               f"arguments are: {known}.")
+    return slots
 
 
 def declared_mutations(case):
