@@ -7,8 +7,8 @@ it is out of memory. The leak check follows the outputs, node, inputs and
 ``ctx`` attributes of one call; this check counts every tensor created
 during many calls.
 
-It repeats forward and backward of all samples ``growth_calls`` times (12 by
-default), recording a weak reference to every tensor any aten op creates
+After one untracked call, it repeats forward and backward of all samples
+``growth_calls`` times (12 by default), recording a weak reference to every tensor any aten op creates
 meanwhile (a ``TorchDispatchMode``), and counts after each call how many
 are still alive once the call's outputs are dropped. A correct op leaves
 none; a bounded cache (``lru_cache(maxsize=4)``) fills up during the first
@@ -68,6 +68,9 @@ class Growth(Check):
         calls = _calls(context.case)
         prepared = [context.prepare(sample) for _, sample in context.samples()]
         cotangents = [None] * len(prepared)
+        for k, sample in enumerate(prepared):  # an untracked first call draws the cotangents every call reuses
+            context.sample_index = k
+            cotangents[k] = _call_once(context, sample, None)
         tracker = CreatedTensors()
         counts, device_bytes, host_bytes = [], [], []
         half = calls // 2
@@ -143,7 +146,8 @@ def _report(context, counts, half, survivors, grown_bytes, grown_on_device, call
                f"(e.g. {', '.join(describe(t) for t in survivors[-3:])})",
                "gc.collect() does not free them: something outside the graph (a list, dict or cache on the "
                "Function class or in a module) holds them"]
-    summary = (f"every call leaves more tensors alive: {per_call:.3g} tensors (about {fmt_bytes(int(per_call_bytes))})"
+    noun = "tensor" if per_call == 1 else "tensors"
+    summary = (f"every call leaves more tensors alive: {per_call:.3g} {noun} (about {fmt_bytes(int(per_call_bytes))})"
                f" per call over the last {window} of {calls} identical calls")
     if grown_on_device:
         details.insert(0, f"{fmt_bytes(grown_on_device)} more allocated on {context.device} after the last "

@@ -13,12 +13,11 @@ the same calls.
 import torch
 
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import grads_of, output_label, random_cotangents
+from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
 
 HINT = ("keep per-call state on ctx (ctx.save_for_backward for tensors, ctx attributes for the rest), never on "
         "the Function class or a module global, and build each gradient in a fresh tensor: state shared between "
         "calls is overwritten by the next forward, and a buffer that is not zeroed accumulates across calls")
-SEQUENCE = "interleaved: y1 = op(a); y2 = op(b); backward(y1); backward(y2); compared with each call run alone"
 
 
 class Reentrancy(Check):
@@ -26,41 +25,62 @@ class Reentrancy(Check):
     description = "two interleaved calls (forward a, forward b, backward a, backward b) match the same calls run alone"
 
     def run(self, context):
-        skipped = 0
-        for index, sample in context.samples():
-            prepared = context.prepare(sample)
-            if not prepared.leaves:
-                skipped += 1
-                continue
-            second = varied_leaves(prepared.leaves, context.generator)
-            seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=context.generator)) for _ in range(2)]
-            calls = [(prepared.leaves, seeds[0]), (second, seeds[1])]
-            alone, cotangents = [], []
-            for leaves, seed in calls:
-                outputs = _forward(context, prepared, leaves, seed)
-                cotangents.append(random_cotangents(outputs, context.generator))
-                grads = _backward(prepared, outputs, leaves, cotangents[-1])
-                alone.append(_detached(outputs, grads))
-            in_flight = [_forward(context, prepared, leaves, seed) for leaves, seed in calls]
-            grads = [_backward(prepared, outputs, leaves, cotangent)
-                     for outputs, (leaves, _), cotangent in zip(in_flight, calls, cotangents)]
-            together = [_detached(outputs, g) for outputs, g in zip(in_flight, grads)]
-            for call, (expected, got) in enumerate(zip(alone, together), start=1):
-                _compare(context, prepared, call, expected, got)
-        if skipped == len(context.case.samples):
+        prepared = [context.prepare(sample) for _, sample in context.samples()]
+        if not any(p.leaves for p in prepared):
             import pytest
 
             pytest.skip("the op has no differentiable floating-point input to vary between two calls")
+        for index, first in enumerate(prepared):
+            context.sample_index = index
+            if not first.leaves:
+                continue
+            context.dtype = first.leaves[0].dtype
+            second, second_leaves, label = _second_call(prepared, index)
+            calls = [(first, first.leaves), (second, second_leaves)]
+            seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=context.generator)) for _ in calls]
+            alone, cotangents = [], []
+            for call, ((sample, leaves), seed) in enumerate(zip(calls, seeds)):
+                try:
+                    outputs = _forward(context, sample, leaves, seed)
+                    cotangents.append(random_cotangents(outputs, context.generator))
+                    alone.append(_detached(outputs, _backward(outputs, leaves, cotangents[-1])))
+                except OpRaised:
+                    if call == 0 or second is not first:
+                        raise
+                    import pytest
+
+                    pytest.skip(f"the op raised on {label}, the second input it was given; return two samples so "
+                                "that interleaved calls can use both")
+            sequence = (f"interleaved: y1 = op(sample {index}); y2 = op({label}); backward(y1); backward(y2); "
+                        "compared with each call run alone")
+            try:
+                in_flight = [_forward(context, sample, leaves, seed) for (sample, leaves), seed in zip(calls, seeds)]
+                grads = [_backward(outputs, leaves, cotangent)
+                         for outputs, (_, leaves), cotangent in zip(in_flight, calls, cotangents)]
+            except OpRaised as raised:  # each call alone ran: only the interleaving makes it raise
+                context.fail_raised(raised, "only when two calls are interleaved", hint=HINT, details=[sequence])
+            together = [_detached(outputs, g) for outputs, g in zip(in_flight, grads)]
+            for call, ((sample, _), expected, got) in enumerate(zip(calls, alone, together), start=1):
+                _compare(context, sample, call, expected, got, sequence)
+        context.sample_index = None
 
 
-def varied_leaves(leaves, generator):
-    """Different values of the same sign and shape (|x| scaled by 0.5 to 0.9), so the op's domain is kept."""
-    varied = []
-    for leaf in leaves:
-        factor = 0.5 + 0.4 * torch.rand(leaf.shape, generator=generator, dtype=torch.float64)
-        value = (leaf.detach() * factor.to(device=leaf.device, dtype=leaf.dtype)).requires_grad_(True)
-        varied.append(value)
-    return varied
+def _second_call(prepared, index):
+    """(prepared, leaves, label) of the call interleaved with sample ``index``.
+
+    The next sample (values from the user, so inside the op's domain), or,
+    with only one sample, its inputs scaled by 0.75.
+    """
+    others = [k for k, p in enumerate(prepared) if k != index and p.leaves]
+    if others:
+        k = ([k for k in others if k > index] or others)[0]
+        return prepared[k], prepared[k].leaves, f"sample {k}"
+    return prepared[index], varied_leaves(prepared[index].leaves), f"sample {index} scaled by 0.75"
+
+
+def varied_leaves(leaves):
+    """The same tensors times 0.75: other values, with signs, order, ratios and equalities of sums kept."""
+    return [(leaf.detach() * 0.75).requires_grad_(True) for leaf in leaves]
 
 
 def _forward(context, prepared, leaves, seed):
@@ -68,7 +88,7 @@ def _forward(context, prepared, leaves, seed):
     return context.run_op(prepared, leaves)
 
 
-def _backward(prepared, outputs, leaves, cotangents):
+def _backward(outputs, leaves, cotangents):
     if not any(out.requires_grad for out in outputs):
         return []
     return grads_of(outputs, leaves, cotangents)
@@ -78,18 +98,18 @@ def _detached(outputs, grads):
     return [out.detach().clone() for out in outputs], [g.detach().clone() for g in grads]
 
 
-def _compare(context, prepared, call, expected, got):
+def _compare(context, prepared, call, expected, got, sequence):
     (outputs_alone, grads_alone), (outputs_together, grads_together) = expected, got
     which = "first" if call == 1 else "second"
     count = len(outputs_alone)
     for k, (a, b) in enumerate(zip(outputs_alone, outputs_together)):
         label = output_label(k, count)
         context.compare(a, b, f"interleaved calls change the results: {label} of the {which} call differs from "
-                              "the same call run alone", label, hint=HINT, output=label, details=[SEQUENCE])
+                              "the same call run alone", label, hint=HINT, output=label, details=[sequence])
     for name, a, b in zip(prepared.names, grads_alone, grads_together):
         context.compare(a, b, f"interleaved calls change the results: the gradient w.r.t. `{name}` of the {which} "
                               "call differs from the same call run alone", f"grad {name}", hint=HINT,
-                        argument=name, details=[SEQUENCE])
+                        argument=name, details=[sequence])
 
 
 check = Reentrancy()

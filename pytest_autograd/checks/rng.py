@@ -31,7 +31,7 @@ class GlobalRng(Check):
             prepared = context.prepare(sample)
             cotangents = None
             runs = []
-            for advance in (1, 2):
+            for advance in (1, 2, 1):
                 run, cotangents = _run_from(context, prepared, advance, cotangents)
                 runs.append(run)
             for generator in runs[0]["before"]:
@@ -69,7 +69,7 @@ def _run_from(context, prepared, advance, cotangents):
 
 
 def _judge(context, generator, runs):
-    first, second = runs
+    first, second, again = runs
     for phase in ("forward", "backward"):
         if phase not in first:
             return
@@ -80,6 +80,14 @@ def _judge(context, generator, runs):
                 details=["started from two different states (the item's seed advanced by one and by two draws); "
                          f"both runs left {generator} in the same state, so every random draw after the op repeats "
                          "from call to call"],
+                hint=HINT)
+    for phase in ("forward", "backward"):
+        if phase in first and not torch.equal(first[phase][generator], again[phase][generator]):
+            context.fail(
+                f"{phase} reseeds torch's global random number generator from outside torch: {generator}'s state "
+                f"after {phase} differs between two runs that started from the same state",
+                details=["an op that calls torch.seed() (or seeds from the clock or os.urandom) makes every later "
+                         "random draw in the program irreproducible, whatever seed the user set"],
                 hint=HINT)
     drew = not torch.equal(first["before"][generator], first["forward"][generator])
     if "backward" in first and drew and torch.equal(first["backward"][generator], first["before"][generator]):
