@@ -18,6 +18,7 @@ are not outputs or views of one), which must not change the gradients at all.
 import torch
 
 from pytest_autograd.checks._hygiene import call_with, shares_storage, tensor_arguments
+from pytest_autograd.checks._seeding import draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
 
@@ -38,22 +39,40 @@ class Aliasing(Check):
             prepared = context.prepare(sample)
             if not prepared.leaves:
                 continue
+            baseline = _Baseline(context, prepared)
             for attempt in (_outputs_changed, _inputs_changed):
-                refused, candidates = attempt(context, prepared, None)
+                refused, candidates = attempt(context, prepared, baseline, None)
                 if refused and len(candidates) > 1:
                     # one tensor saved properly refuses the whole run: change each alone to see the others
                     for candidate in candidates:
-                        attempt(context, prepared, {candidate})
+                        attempt(context, prepared, baseline, {candidate})
 
 
-def _outputs_changed(context, prepared, only):
+class _Baseline:
+    """Seed, cotangents and gradients of one unchanged run, shared by every attempt on a sample."""
+
+    def __init__(self, context, prepared):
+        self.context, self.prepared = context, prepared
+        self.seed = draw_seed(context.generator)
+        seed_generators(context.device, self.seed)
+        outputs = context.run_op(prepared)
+        self.cotangents = random_cotangents(outputs, context.generator)
+        self.differentiable = any(out.requires_grad for out in outputs)
+        self.grads = grads_of(outputs, prepared.leaves, self.cotangents) if self.differentiable else None
+
+    def grads_with(self, cotangents):
+        """Gradients of an unchanged run for other cotangents (one more forward and backward)."""
+        seed_generators(self.context.device, self.seed)
+        return grads_of(self.context.run_op(self.prepared), self.prepared.leaves, cotangents)
+
+
+def _outputs_changed(context, prepared, baseline, only):
     """Change the outputs (those in ``only``, default all) after forward; (refused, candidate positions)."""
-    seed = _reseed(context)
+    if not baseline.differentiable:
+        return False, []
+    seed_generators(context.device, baseline.seed)
     outputs = context.run_op(prepared)
     candidates = [k for k, out in enumerate(outputs) if out.is_floating_point()]
-    if not any(out.requires_grad for out in outputs):
-        return False, []
-    cotangents = random_cotangents(outputs, context.generator)
     changed = []
     for k in candidates:
         # an output aliasing one changed already would be scaled twice
@@ -62,12 +81,15 @@ def _outputs_changed(context, prepared, only):
             changed.append(k)
     if not changed:
         return False, candidates
-    got = _backward_or_refused(prepared, outputs, cotangents)
+    got = _backward_or_refused(prepared, outputs, baseline.cotangents)
     if got is None:
         return True, candidates
-    scaled = [c * FACTOR if c is not None and k in changed else c for k, c in enumerate(cotangents)]
-    torch.manual_seed(seed)
-    expected = grads_of(context.run_op(prepared), prepared.leaves, scaled)
+    carrying = [k for k, c in enumerate(baseline.cotangents) if c is not None and outputs[k].requires_grad]
+    if all(k in changed for k in carrying):  # every gradient flows through one multiply by -2: linear, exact
+        expected = [FACTOR * g for g in baseline.grads]
+    else:
+        expected = baseline.grads_with([c * FACTOR if c is not None and k in changed else c
+                                        for k, c in enumerate(baseline.cotangents)])
     labels = ", ".join(f"`{output_label(k, len(outputs))}`" for k in changed)
     _compare(context, prepared, expected, got, f"the op's output {labels}",
              "multiplied {what} in place by -2 (as an in-place activation or y.mul_(...) would); the expected "
@@ -75,39 +97,28 @@ def _outputs_changed(context, prepared, only):
     return False, candidates
 
 
-def _inputs_changed(context, prepared, only):
+def _inputs_changed(context, prepared, baseline, only):
     """Change the inputs (those named in ``only``, default all) after forward; (refused, candidate names)."""
-    seed = _reseed(context)
+    if not baseline.differentiable:
+        return False, []
+    seed_generators(context.device, baseline.seed)
     args, kwargs = prepared.call_args()
     arguments = tensor_arguments(context.case, args, kwargs)
-    call = call_with(context.case, args, kwargs)
-    outputs = call.outputs
-    if not any(out.requires_grad for out in outputs):
-        return False, []
+    outputs = call_with(context.case, args, kwargs).outputs
     candidates = [name for _, name, tensor in arguments
                   if tensor.is_floating_point() and not any(shares_storage(tensor, out) for out in outputs)]
-    cotangents = random_cotangents(outputs, context.generator)
     changed = [name for _, name, tensor in arguments
                if name in candidates and (only is None or name in only) and _scale_in_place(tensor)]
     if not changed:
         return False, candidates
-    got = _backward_or_refused(prepared, outputs, cotangents)
+    got = _backward_or_refused(prepared, outputs, baseline.cotangents)
     if got is None:
         return True, candidates
-    torch.manual_seed(seed)
-    expected = grads_of(context.run_op(prepared), prepared.leaves, cotangents)
     names = ", ".join(f"`{name}`" for name in changed)
-    _compare(context, prepared, expected, got, f"the op's input {names}",
+    _compare(context, prepared, baseline.grads, got, f"the op's input {names}",
              "multiplied {what} in place by -2; the op's outputs were computed before, so the "
              "gradients must not change")
     return False, candidates
-
-
-def _reseed(context):
-    """Seed torch's generator from the item's own, so an op that draws random numbers draws the same in both runs."""
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=context.generator))
-    torch.manual_seed(seed)
-    return seed
 
 
 def _scale_in_place(tensor):

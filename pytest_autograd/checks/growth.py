@@ -8,7 +8,7 @@ it is out of memory. The leak check follows the outputs, node, inputs and
 during many calls.
 
 After one untracked call, it repeats forward and backward of all samples
-``growth_calls`` times (12 by default), recording a weak reference to every tensor any aten op creates
+``growth_calls`` times (8 by default), recording a weak reference to every tensor any aten op creates
 meanwhile (a ``TorchDispatchMode``), and counts after each call how many
 are still alive once the call's outputs are dropped. A correct op leaves
 none; a bounded cache (``lru_cache(maxsize=4)``) fills up during the first
@@ -29,7 +29,7 @@ from pytest_autograd.checks._hygiene import describe, fmt_bytes
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import grads_of, random_cotangents
 
-DEFAULT_CALLS = 12
+DEFAULT_CALLS = 8
 HINT = ("a cache that grows on every call: bound it (functools.lru_cache(maxsize=...) keyed by shapes, dtypes and "
         "devices, never by tensors, whose hash is their identity so every call adds an entry), or keep per-call "
         "tensors on ctx instead of on the Function class or in a module global")

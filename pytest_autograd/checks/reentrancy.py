@@ -12,6 +12,7 @@ the same calls.
 
 import torch
 
+from pytest_autograd.checks._seeding import draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
 
@@ -30,20 +31,22 @@ class Reentrancy(Check):
             import pytest
 
             pytest.skip("the op has no differentiable floating-point input to vary between two calls")
+        alone = {}  # sample index -> (seed, cotangents, detached results) of the sample run alone
         for index, first in enumerate(prepared):
             context.sample_index = index
             if not first.leaves:
                 continue
             context.dtype = first.leaves[0].dtype
-            second, second_leaves, label = _second_call(prepared, index)
-            calls = [(first, first.leaves), (second, second_leaves)]
-            seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=context.generator)) for _ in calls]
-            alone, cotangents = [], []
-            for call, ((sample, leaves), seed) in enumerate(zip(calls, seeds)):
+            key, second, second_leaves, label = _second_call(prepared, index)
+            calls = [(index, first, first.leaves), (key, second, second_leaves)]
+            for call, (key, sample, leaves) in enumerate(calls):
+                if key in alone:
+                    continue
+                seed = draw_seed(context.generator)
                 try:
                     outputs = _forward(context, sample, leaves, seed)
-                    cotangents.append(random_cotangents(outputs, context.generator))
-                    alone.append(_detached(outputs, _backward(outputs, leaves, cotangents[-1])))
+                    cotangents = random_cotangents(outputs, context.generator)
+                    alone[key] = seed, cotangents, _detached(outputs, _backward(outputs, leaves, cotangents))
                 except OpRaised:
                     if call == 0 or second is not first:
                         raise
@@ -54,19 +57,19 @@ class Reentrancy(Check):
             sequence = (f"interleaved: y1 = op(sample {index}); y2 = op({label}); backward(y1); backward(y2); "
                         "compared with each call run alone")
             try:
-                in_flight = [_forward(context, sample, leaves, seed) for (sample, leaves), seed in zip(calls, seeds)]
-                grads = [_backward(outputs, leaves, cotangent)
-                         for outputs, (_, leaves), cotangent in zip(in_flight, calls, cotangents)]
+                in_flight = [_forward(context, sample, leaves, alone[key][0]) for key, sample, leaves in calls]
+                grads = [_backward(outputs, leaves, alone[key][1])
+                         for outputs, (key, _, leaves) in zip(in_flight, calls)]
             except OpRaised as raised:  # each call alone ran: only the interleaving makes it raise
                 context.fail_raised(raised, "only when two calls are interleaved", hint=HINT, details=[sequence])
             together = [_detached(outputs, g) for outputs, g in zip(in_flight, grads)]
-            for call, ((sample, _), expected, got) in enumerate(zip(calls, alone, together), start=1):
-                _compare(context, sample, call, expected, got, sequence)
+            for call, ((key, sample, _), got) in enumerate(zip(calls, together), start=1):
+                _compare(context, sample, call, alone[key][2], got, sequence)
         context.sample_index = None
 
 
 def _second_call(prepared, index):
-    """(prepared, leaves, label) of the call interleaved with sample ``index``.
+    """(key, prepared, leaves, label) of the call interleaved with sample ``index``.
 
     The next sample (values from the user, so inside the op's domain), or,
     with only one sample, its inputs scaled by 0.75.
@@ -74,8 +77,9 @@ def _second_call(prepared, index):
     others = [k for k, p in enumerate(prepared) if k != index and p.leaves]
     if others:
         k = ([k for k in others if k > index] or others)[0]
-        return prepared[k], prepared[k].leaves, f"sample {k}"
-    return prepared[index], varied_leaves(prepared[index].leaves), f"sample {index} scaled by 0.75"
+        return k, prepared[k], prepared[k].leaves, f"sample {k}"
+    label = f"sample {index} scaled by 0.75"
+    return label, prepared[index], varied_leaves(prepared[index].leaves), label
 
 
 def varied_leaves(leaves):
@@ -84,7 +88,7 @@ def varied_leaves(leaves):
 
 
 def _forward(context, prepared, leaves, seed):
-    torch.manual_seed(seed)  # an op that draws random numbers draws the same ones in both runs
+    seed_generators(context.device, seed)  # an op that draws random numbers draws the same ones in both runs
     return context.run_op(prepared, leaves)
 
 

@@ -14,6 +14,7 @@ forward (the numbers forward drew will be drawn again) fails too.
 
 import torch
 
+from pytest_autograd.checks._seeding import seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import grads_of, random_cotangents
 
@@ -54,7 +55,7 @@ def _states(device):
 
 def _run_from(context, prepared, advance, cotangents):
     """Forward and backward from the item's seed advanced by ``advance`` draws; the generator states seen."""
-    torch.manual_seed(context.seed)
+    seed_generators(context.device, context.seed)
     for _, _, draw in _generators(context.device):
         draw(advance)
     run = {"before": _states(context.device)}
