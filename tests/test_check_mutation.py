@@ -176,7 +176,7 @@ def test_mutation_suggests_mutates_for_running_statistics_updated_in_place(pytes
     result.stdout.fnmatch_lines([
         "*forward modified its argument `running_mean` in place without declaring it: 3 of 3 elements changed",
         "*argument: running_mean",
-        "*declare it on the marker: mutates=(\"running_mean\",) (constants= only says it is not differentiated; "
+        "*declare it on the marker: mutates=(\"running_mean\", \"running_var\") (constants= only says it is not differentiated; "
         "it does not allow changing it)",
     ])
 

@@ -34,11 +34,13 @@ class Mutation(Check):
             plain = plain_arguments(case, args, kwargs)
             before = [_snapshot(tensor) for _, _, tensor in arguments]
             call = call_with(case, args, kwargs)
-            for (slot, name, tensor), snapshot in zip(arguments, before):
-                returned_itself = any(out is tensor for out in call.outputs)
-                if returned_itself or slot in declared or name in declared:
-                    continue
-                _fail_if_changed(context, snapshot, tensor, name, "forward", "its argument", _forward_hint(case, name))
+            undeclared = [(name, tensor, snapshot) for (slot, name, tensor), snapshot in zip(arguments, before)
+                          if not any(out is tensor for out in call.outputs)
+                          and slot not in declared and name not in declared]
+            changed = [name for name, tensor, snapshot in undeclared if _changed(snapshot, tensor)]
+            for name, tensor, snapshot in undeclared:
+                _fail_if_changed(context, snapshot, tensor, name, "forward", "its argument",
+                                 _forward_hint(case, name, changed))
             for slot, name, value, copy in plain:
                 if slot not in declared and name not in declared:
                     _fail_if_plain_changed(context, copy, value, name, "forward")
@@ -138,6 +140,11 @@ def _snapshot(tensor):
     return tensor._version, tensor.detach().clone()
 
 
+def _changed(snapshot, tensor):
+    version, values = snapshot
+    return tensor._version != version or changed_elements(values, tensor.detach()) > 0
+
+
 def _fail_if_changed(context, snapshot, tensor, name, phase, what, hint, **fields):
     version, values = snapshot
     now = tensor.detach()
@@ -164,9 +171,10 @@ def _fail_if_changed(context, snapshot, tensor, name, phase, what, hint, **field
     context.fail(summary, worst=worst, hint=hint, **fields)
 
 
-def _forward_hint(case, name):
+def _forward_hint(case, name, changed=()):
+    names = ", ".join(f'"{n}"' for n in (changed or [name]))
     buffer = (f"; for a buffer the op updates on purpose (running statistics), declare it on the marker: "
-              f"mutates=(\"{name}\",)")
+              f"mutates=({names}{',' if len(changed) < 2 else ''})")
     if name in case.constant_slots:
         buffer += " (constants= only says it is not differentiated; it does not allow changing it)"
     if case.is_function:
