@@ -219,3 +219,29 @@ def test_mutates_naming_no_argument_is_a_usage_error(pytester, run_pytest):
         "x, weight, bias, running_mean, running_var, momentum, eps.",
     ])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_a_declared_change_to_a_list_argument_never_reaches_the_next_run(pytester, run_pytest):
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest, torch
+
+        class ScaleByCallCount(torch.autograd.Function):
+            '''Records its calls in the caller's list, and scales by how many it has seen: declared with mutates=.'''
+
+            @staticmethod
+            def forward(ctx, x, calls):
+                calls.append(len(calls))
+                ctx.factor = float(len(calls))
+                return x * ctx.factor
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * ctx.factor, None
+
+        @pytest.mark.autograd_op(op=ScaleByCallCount, mutates=("calls",),
+                                 checks=["mutation", "determinism", "reentrancy", "gradcheck"])
+        def test_scale():
+            return [(torch.randn(3), [])]
+    """))
+    result = run_pytest()
+    result.assert_outcomes(passed=4)

@@ -45,6 +45,7 @@ class Mutation(Check):
                 if slot not in declared and name not in declared:
                     _fail_if_plain_changed(context, copy, value, name, "forward")
             after_forward = [_snapshot(tensor) for _, _, tensor in arguments]
+            plain = plain_arguments(case, call.args, call.kwargs)  # compared again after backward
             outputs_after_forward = [_snapshot(out) for out in call.outputs]
             saved = saved_tensors(case, call.outputs)
             saved_after_forward = [_snapshot(tensor) for _, tensor in saved]
