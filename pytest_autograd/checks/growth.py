@@ -87,7 +87,7 @@ class Growth(Check):
                 host_bytes.append(_storage_bytes(alive))
             del alive
         grown = counts[-1] - counts[half - 1]
-        grown_on_device = None if device_bytes[0] is None else device_bytes[1] - device_bytes[0]
+        grown_on_device = None if device_bytes[0] is None else max(0, device_bytes[1] - device_bytes[0])
         if grown <= 0 and not grown_on_device:
             return
         gc.collect()

@@ -14,7 +14,7 @@ forward (the numbers forward drew will be drawn again) fails too.
 
 import torch
 
-from pytest_autograd.checks._seeding import seed_generators
+from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import grads_of, random_cotangents
 

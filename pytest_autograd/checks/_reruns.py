@@ -1,4 +1,4 @@
-"""Seeding torch's global generators cheaply, for checks that run an op several times on the same random draws.
+"""Helpers for checks that run an op several times and compare the runs: cheap seeding, a fast equality test.
 
 ``torch.manual_seed`` also seeds every lazily initialised backend (CUDA,
 XPU, MTIA, ...), formatting a Python stack for each: about 2 ms a call.
@@ -18,3 +18,8 @@ def seed_generators(device, seed):
 def draw_seed(generator):
     """A seed drawn from a check's own generator."""
     return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+
+
+def identical(a, b):
+    """Bitwise-equal tensors of one shape and dtype: the common case, decided without a tolerance comparison."""
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
