@@ -23,3 +23,18 @@ def draw_seed(generator):
 def identical(a, b):
     """Bitwise-equal tensors of one shape and dtype: the common case, decided without a tolerance comparison."""
     return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+
+def compare_runs(context, expected, got, summary, what, **fields):
+    """Fail unless two runs of the op agree: dtype tolerances, widened to ``nondet_tol=`` when the op declares one."""
+    if identical(expected, got):
+        return
+    from pytest_autograd.compare import compare_tensors
+
+    atol, rtol = context.tolerance(expected.dtype)
+    declared = context.case.option("nondet_tol", 0.0)
+    if isinstance(declared, (int, float)) and not isinstance(declared, bool):
+        atol = max(atol, float(declared))
+    mismatch = compare_tensors(expected, got, atol, rtol)
+    if mismatch is not None:
+        context.fail_mismatch(mismatch, summary, what, **fields)

@@ -18,7 +18,7 @@ are not outputs or views of one), which must not change the gradients at all.
 import torch
 
 from pytest_autograd.checks._hygiene import call_with, shares_storage, tensor_arguments
-from pytest_autograd.checks._reruns import draw_seed, identical, seed_generators
+from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
 
@@ -144,11 +144,10 @@ def _compare(context, prepared, expected, got, what, action):
     detail = (f"after forward, the check {action.format(what=what)}; torch's version counter did not object, "
               "and backward used the changed values")
     for name, a, b in zip(prepared.names, expected, got):
-        if identical(a, b):
-            continue
-        context.compare(a, b, f"backward silently used values changed in place after forward: the gradient w.r.t. "
-                              f"`{name}` changes when the caller modifies {what} in place", f"grad {name}",
-                        hint=HINT, argument=name, details=[detail])
+        compare_runs(context, a, b,
+                     f"backward silently used values changed in place after forward: the gradient w.r.t. `{name}` "
+                     f"changes when the caller modifies {what} in place", f"grad {name}",
+                     hint=HINT, argument=name, details=[detail])
 
 
 check = Aliasing()

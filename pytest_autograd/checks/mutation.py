@@ -1,10 +1,14 @@
-"""mutation: forward leaves its inputs alone unless it declares the change; backward never writes grad_output.
+"""mutation: forward leaves its arguments alone unless it declares the change; backward writes nothing it was given.
 
 An undeclared in-place write corrupts the caller's tensor while autograd
 keeps its old history, so gradients through it are silently wrong or fail
 much later in a version check. ``grad_output`` belongs to the caller (it may
 be the ``grad_outputs`` of ``torch.autograd.grad`` or shared with a sibling
-branch), so writing into it corrupts someone else's data.
+branch), so writing into it corrupts someone else's data; so do writes to
+the outputs or saved tensors in backward. Non-tensor arguments (a list of
+paddings) count too. Buffers updated on purpose are declared with
+``mutates=`` on the marker (``ctx.mark_dirty`` / returning the argument, or
+``mutates_args`` for a torch.library op, declare it too).
 """
 
 import inspect
@@ -30,50 +34,61 @@ class Mutation(Check):
         for index, sample in context.samples():
             prepared = context.prepare(sample)
             args, kwargs = prepared.call_args()
-            arguments = tensor_arguments(case, args, kwargs)
-            plain = plain_arguments(case, args, kwargs)
-            before = [_snapshot(tensor) for _, _, tensor in arguments]
-            call = call_with(case, args, kwargs)
-            undeclared = [(name, tensor, snapshot) for (slot, name, tensor), snapshot in zip(arguments, before)
-                          if not any(out is tensor for out in call.outputs)
-                          and slot not in declared and name not in declared]
-            changed = [name for name, tensor, snapshot in undeclared if _changed(snapshot, tensor)]
-            for name, tensor, snapshot in undeclared:
-                _fail_if_changed(context, snapshot, tensor, name, "forward", "its argument",
-                                 _forward_hint(case, name, changed))
-            for slot, name, value, copy in plain:
-                if slot not in declared and name not in declared:
-                    _fail_if_plain_changed(context, copy, value, name, "forward")
-            after_forward = [_snapshot(tensor) for _, _, tensor in arguments]
-            plain = plain_arguments(case, call.args, call.kwargs)  # compared again after backward
-            outputs_after_forward = [_snapshot(out) for out in call.outputs]
-            saved = saved_tensors(case, call.outputs)
-            saved_after_forward = [_snapshot(tensor) for _, tensor in saved]
-            cotangents = random_cotangents(call.outputs, context.generator)
-            cotangent_snapshots = [None if c is None else _snapshot(c) for c in cotangents]
-            if prepared.leaves and any(out.requires_grad for out in call.outputs):
-                grads_of(call.outputs, prepared.leaves, cotangents)
-            grad_names = backward_argument_names(case, len(call.outputs))
-            for k, (cotangent, snapshot) in enumerate(zip(cotangents, cotangent_snapshots)):
-                if cotangent is None:
-                    continue
-                hint = GRAD_OUTPUT_HINT.format(name=grad_names[k])
-                _fail_if_changed(context, snapshot, cotangent, grad_names[k], "backward", "its incoming gradient",
-                                 hint, output=output_label(k, len(call.outputs)))
-            for (slot, name, tensor), snapshot in zip(arguments, after_forward):
-                _fail_if_changed(context, snapshot, tensor, name, "backward", "the op's input",
-                                 f"backward must not write to the op's inputs: compute a new tensor from `{name}` "
-                                 "instead of updating it in place")
-            for slot, name, value, copy in plain:
-                _fail_if_plain_changed(context, copy, value, name, "backward")
-            count = len(call.outputs)
-            for k, (out, snapshot) in enumerate(zip(call.outputs, outputs_after_forward)):
-                label = output_label(k, count)
-                _fail_if_changed(context, snapshot, out, label, "backward", "the op's output", BACKWARD_OUTPUT_HINT,
-                                 output=label, argument=None)
-            for (label, tensor), snapshot in zip(saved, saved_after_forward):
-                _fail_if_changed(context, snapshot, tensor, label, "backward", "the saved tensor",
-                                 BACKWARD_SAVED_HINT, argument=None)
+            call = _check_forward(context, declared, args, kwargs)
+            _check_backward(context, prepared, call)
+
+
+def _check_forward(context, declared, args, kwargs):
+    """Call forward; fail on a change to an argument that is neither returned nor declared. Returns the Call."""
+    case = context.case
+    arguments = tensor_arguments(case, args, kwargs)
+    plain = plain_arguments(case, args, kwargs)
+    before = [_snapshot(tensor) for _, _, tensor in arguments]
+    call = call_with(case, args, kwargs)
+    undeclared = [(name, tensor, snapshot) for (slot, name, tensor), snapshot in zip(arguments, before)
+                  if not any(out is tensor for out in call.outputs) and slot not in declared and name not in declared]
+    changed = [name for name, tensor, snapshot in undeclared if _changed(snapshot, tensor)]
+    for name, tensor, snapshot in undeclared:
+        _fail_if_changed(context, snapshot, tensor, name, "forward", "its argument",
+                         _forward_hint(case, name, changed))
+    for slot, name, value, copy in plain:
+        if slot not in declared and name not in declared:
+            _fail_if_plain_changed(context, copy, value, name, "forward")
+    return call
+
+
+def _check_backward(context, prepared, call):
+    """Run backward; fail on a change to grad_output, an argument, an output or a saved tensor."""
+    case = context.case
+    arguments = tensor_arguments(case, call.args, call.kwargs)
+    after_forward = [_snapshot(tensor) for _, _, tensor in arguments]
+    plain = plain_arguments(case, call.args, call.kwargs)
+    outputs_after_forward = [_snapshot(out) for out in call.outputs]
+    saved = saved_tensors(case, call.outputs)
+    saved_after_forward = [_snapshot(tensor) for _, tensor in saved]
+    cotangents = random_cotangents(call.outputs, context.generator)
+    cotangent_snapshots = [None if c is None else _snapshot(c) for c in cotangents]
+    if prepared.leaves and any(out.requires_grad for out in call.outputs):
+        grads_of(call.outputs, prepared.leaves, cotangents)
+    count = len(call.outputs)
+    grad_names = backward_argument_names(case, count)
+    for k, (cotangent, snapshot) in enumerate(zip(cotangents, cotangent_snapshots)):
+        if cotangent is not None:
+            _fail_if_changed(context, snapshot, cotangent, grad_names[k], "backward", "its incoming gradient",
+                             GRAD_OUTPUT_HINT.format(name=grad_names[k]), output=output_label(k, count))
+    for (slot, name, tensor), snapshot in zip(arguments, after_forward):
+        _fail_if_changed(context, snapshot, tensor, name, "backward", "the op's input",
+                         f"backward must not write to the op's inputs: compute a new tensor from `{name}` "
+                         "instead of updating it in place")
+    for slot, name, value, copy in plain:
+        _fail_if_plain_changed(context, copy, value, name, "backward")
+    for k, (out, snapshot) in enumerate(zip(call.outputs, outputs_after_forward)):
+        label = output_label(k, count)
+        _fail_if_changed(context, snapshot, out, label, "backward", "the op's output", BACKWARD_OUTPUT_HINT,
+                         output=label, argument=None)
+    for (label, tensor), snapshot in zip(saved, saved_after_forward):
+        _fail_if_changed(context, snapshot, tensor, label, "backward", "the saved tensor", BACKWARD_SAVED_HINT,
+                         argument=None)
 
 
 BACKWARD_OUTPUT_HINT = ("backward must not write to what forward returned (e.g. `y.mul_(grad)` on a saved output): "

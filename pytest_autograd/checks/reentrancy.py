@@ -12,7 +12,7 @@ the same calls.
 
 import torch
 
-from pytest_autograd.checks._reruns import draw_seed, identical, seed_generators
+from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
 
@@ -107,17 +107,15 @@ def _compare(context, prepared, call, expected, got, sequence):
     which = "first" if call == 1 else "second"
     count = len(outputs_alone)
     for k, (a, b) in enumerate(zip(outputs_alone, outputs_together)):
-        if identical(a, b):
-            continue
         label = output_label(k, count)
-        context.compare(a, b, f"interleaved calls change the results: {label} of the {which} call differs from "
-                              "the same call run alone", label, hint=HINT, output=label, details=[sequence])
+        compare_runs(context, a, b,
+                     f"interleaved calls change the results: {label} of the {which} call differs from the same call "
+                     "run alone", label, hint=HINT, output=label, details=[sequence])
     for name, a, b in zip(prepared.names, grads_alone, grads_together):
-        if identical(a, b):
-            continue
-        context.compare(a, b, f"interleaved calls change the results: the gradient w.r.t. `{name}` of the {which} "
-                              "call differs from the same call run alone", f"grad {name}", hint=HINT,
-                        argument=name, details=[sequence])
+        compare_runs(context, a, b,
+                     f"interleaved calls change the results: the gradient w.r.t. `{name}` of the {which} call "
+                     "differs from the same call run alone", f"grad {name}", hint=HINT, argument=name,
+                     details=[sequence])
 
 
 check = Reentrancy()
