@@ -60,10 +60,26 @@ class Prepared:
         for position, value in enumerate(args):
             if isinstance(value, torch.Tensor) and position not in self.slots:
                 args[position] = value.clone()
+            elif clone:
+                args[position] = _fresh(value)
         for key, value in kwargs.items():
             if isinstance(value, torch.Tensor) and key not in self.slots:
                 kwargs[key] = value.clone()
+            elif clone:
+                kwargs[key] = _fresh(value)
         return args, kwargs
+
+
+def _fresh(value):
+    """A copy of a mutable non-tensor argument (list, dict, set), so no call sees another call's changes to it."""
+    if isinstance(value, (list, dict, set, bytearray)):
+        import copy
+
+        try:
+            return copy.deepcopy(value)
+        except Exception:  # e.g. holds something that cannot be copied: pass it as it is
+            return value
+    return value
 
 
 def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):

@@ -5,6 +5,7 @@
 * :mod:`reference_ops.triton_ops` -- RMSNorm as Triton kernels with a
   hand-written backward, and its planted-bug twins (needs triton; imported
   only on use).
+* :mod:`reference_ops.state` -- ops with state across calls, correct and buggy.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -30,7 +31,7 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "extension", "triton_ops"})
+_LAZY_SUBMODULES = frozenset({"buggy", "extension", "state", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

@@ -91,3 +91,157 @@ def test_mutation_passes_declared_in_place_ops_and_clean_backwards(pytester, run
             return [(torch.randn(3), torch.randn(3))]
     """)
     result.assert_outcomes(passed=5)
+
+
+def test_mutation_names_the_output_a_backward_overwrites(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        from reference_ops.state import ExpBackwardWritesOutput
+
+        @pytest.mark.autograd_op(op=ExpBackwardWritesOutput)
+        def test_exp():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*backward modified the op's output `output` in place: 12 of 12 elements changed",
+        "*output: output",
+        "*worst element: output[[]0, 0[]]: before *, after *",
+        "*hint: backward must not write to what forward returned*",
+    ])
+
+
+def test_mutation_names_the_saved_tensor_a_backward_overwrites(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        class TanhScratchInSaved(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = torch.tanh(x)
+                ctx.save_for_backward(y * y)      # an intermediate only backward sees
+                return y
+
+            @staticmethod
+            def backward(ctx, grad):
+                (square,) = ctx.saved_tensors
+                return grad * square.neg_().add_(1)   # reuses the saved buffer as scratch
+
+        @pytest.mark.autograd_op(op=TanhScratchInSaved)
+        def test_tanh():
+            return [(torch.randn(5),)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*backward modified the saved tensor `ctx.saved_tensors[[]0[]]` in place: 5 of 5 elements changed",
+        "*hint: backward must not write to what forward saved*",
+    ])
+
+
+def test_mutation_names_a_list_argument_forward_changes_in_place(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        from reference_ops.state import PadDimsReversesPadsInPlace
+
+        @pytest.mark.autograd_op(op=PadDimsReversesPadsInPlace)
+        def test_pad():
+            return [(torch.randn(2, 3, 4), [1, 2, 0, 3])]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*forward modified its argument `pads` (a list) in place without declaring it: [[]1, 2, 0, 3[]] -> "
+        "[[]0, 3, 1, 2[]]",
+        "*argument: pads",
+        "*every later call with it gets different values*",
+        "*hint: work on a copy (`pads = list(pads)`)*",
+    ])
+
+
+BATCH_NORM = """
+    import pytest, torch
+    from reference_ops.state import BatchNormTraining
+
+    def samples():
+        return [(torch.randn(6, 3), torch.rand(3) + 0.5, torch.randn(3), torch.zeros(3), torch.ones(3))]
+"""
+
+
+def test_mutation_suggests_mutates_for_running_statistics_updated_in_place(pytester, run_pytest):
+    result = run(pytester, run_pytest, BATCH_NORM + """
+    @pytest.mark.autograd_op(op=BatchNormTraining, constants=("running_mean", "running_var"))
+    def test_constants_alone_do_not_allow_mutation():
+        return samples()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*forward modified its argument `running_mean` in place without declaring it: 3 of 3 elements changed",
+        "*argument: running_mean",
+        "*declare it on the marker: mutates=(\"running_mean\", \"running_var\") (constants= only says it is not differentiated; "
+        "it does not allow changing it)",
+    ])
+
+
+def test_mutation_allows_the_arguments_named_in_mutates_and_no_others(pytester, run_pytest):
+    result = run(pytester, run_pytest, BATCH_NORM + """
+    import torch.nn.functional as F
+
+    def batch_norm(x, weight, bias, running_mean, running_var):
+        return F.batch_norm(x, running_mean, running_var, weight, bias, training=True)
+
+    @pytest.mark.autograd_op(op=BatchNormTraining, constants=("running_mean", "running_var"),
+                             mutates=("running_mean", "running_var"))
+    def test_declared():
+        return samples()
+
+    @pytest.mark.autograd_op(op=batch_norm, constants=("running_mean", "running_var"),
+                             mutates=("running_mean", "running_var"))
+    def test_torch_batch_norm_declared():
+        return samples()
+
+    @pytest.mark.autograd_op(op=BatchNormTraining, constants=("running_mean", "running_var"),
+                             mutates=("running_mean",))
+    def test_one_undeclared():
+        return samples()
+    """)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*forward modified its argument `running_var` in place without declaring it*"])
+
+
+def test_mutates_naming_no_argument_is_a_usage_error(pytester, run_pytest):
+    result = run(pytester, run_pytest, BATCH_NORM + """
+    @pytest.mark.autograd_op(op=BatchNormTraining, mutates=("running_mena",))
+    def test_typo():
+        return samples()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*mutates=('running_mena',) names 'running_mena', which is not an argument of the op; its arguments are: "
+        "x, weight, bias, running_mean, running_var, momentum, eps.",
+    ])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_a_declared_change_to_a_list_argument_never_reaches_the_next_run(pytester, run_pytest):
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest, torch
+
+        class ScaleByCallCount(torch.autograd.Function):
+            '''Records its calls in the caller's list, and scales by how many it has seen: declared with mutates=.'''
+
+            @staticmethod
+            def forward(ctx, x, calls):
+                calls.append(len(calls))
+                ctx.factor = float(len(calls))
+                return x * ctx.factor
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * ctx.factor, None
+
+        @pytest.mark.autograd_op(op=ScaleByCallCount, mutates=("calls",),
+                                 checks=["mutation", "determinism", "reentrancy", "gradcheck"])
+        def test_scale():
+            return [(torch.randn(3), [])]
+    """))
+    result = run_pytest()
+    result.assert_outcomes(passed=4)

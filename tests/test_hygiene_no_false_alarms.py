@@ -9,7 +9,8 @@ correct op may not even warn.
 
 import textwrap
 
-HYGIENE = ["mutation", "requires_grad", "undefined_grad", "noncontiguous", "determinism", "grad_metadata", "leak"]
+HYGIENE = ["mutation", "requires_grad", "undefined_grad", "noncontiguous", "determinism", "grad_metadata", "leak",
+           "growth", "aliasing", "reentrancy", "rng"]
 
 OPS = """
 import pytest, torch

@@ -1,0 +1,102 @@
+"""rng: the op may draw from torch's global random number generator, never reset it.
+
+``torch.manual_seed`` or ``torch.set_rng_state`` inside forward or backward
+resets every random draw after it in the whole program: dropout masks and
+data shuffling repeat from step to step, silently. Drawing from the
+generator is fine; overwriting it is not. The runner isolates every check
+with ``fork_rng``, which hides the damage from all other checks, so this
+check looks inside: it runs each sample from two different generator states
+(the same seed, advanced by one and by two draws) and fails when the states
+after the call are equal, that is, when they no longer depend on the state
+before it. A backward that puts the generator back to where it was before
+forward (the numbers forward drew will be drawn again) fails too.
+"""
+
+import torch
+
+from pytest_autograd.checks._reruns import seed_generators
+from pytest_autograd.checks.base import Check
+from pytest_autograd.execution import grads_of, random_cotangents
+
+HINT = ("draw from a generator of your own (g = torch.Generator(device).manual_seed(seed); torch.rand(..., "
+        "generator=g)), or wrap the reseeding in `with torch.random.fork_rng():` so the caller's generator is "
+        "restored; never call torch.manual_seed or torch.set_rng_state inside an op")
+
+
+class GlobalRng(Check):
+    name = "rng"
+    description = "forward and backward never reset torch's global random number generator (manual_seed, set_rng_state)"
+
+    def run(self, context):
+        for index, sample in context.samples():
+            prepared = context.prepare(sample)
+            cotangents = None
+            runs = []
+            for advance in (1, 2, 1):
+                run, cotangents = _run_from(context, prepared, advance, cotangents)
+                runs.append(run)
+            for generator in runs[0]["before"]:
+                _judge(context, generator, runs)
+
+
+def _generators(device):
+    """(label, get_state, advance) of the global generators this item's device uses."""
+    found = [("the CPU generator", torch.get_rng_state, lambda n: torch.rand(n))]
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index or 0
+        found.append((f"the CUDA generator of cuda:{index}", lambda: torch.cuda.get_rng_state(index),
+                      lambda n: torch.rand(n, device=f"cuda:{index}")))
+    return found
+
+
+def _states(device):
+    return {label: get_state().clone() for label, get_state, _ in _generators(device)}
+
+
+def _run_from(context, prepared, advance, cotangents):
+    """Forward and backward from the item's seed advanced by ``advance`` draws; the generator states seen."""
+    seed_generators(context.device, context.seed)
+    for _, _, draw in _generators(context.device):
+        draw(advance)
+    run = {"before": _states(context.device)}
+    outputs = context.run_op(prepared)
+    run["forward"] = _states(context.device)
+    if cotangents is None:
+        cotangents = random_cotangents(outputs, context.generator)
+    if prepared.leaves and any(out.requires_grad for out in outputs):
+        grads_of(outputs, prepared.leaves, cotangents)
+        run["backward"] = _states(context.device)
+    return run, cotangents
+
+
+def _judge(context, generator, runs):
+    first, second, again = runs
+    for phase in ("forward", "backward"):
+        if phase not in first:
+            return
+        if torch.equal(first[phase][generator], second[phase][generator]):
+            context.fail(
+                f"{phase} resets torch's global random number generator: {generator}'s state after {phase} is the "
+                "same whichever state it started from",
+                details=["started from two different states (the item's seed advanced by one and by two draws); "
+                         f"both runs left {generator} in the same state, so every random draw after the op repeats "
+                         "from call to call"],
+                hint=HINT)
+    for phase in ("forward", "backward"):
+        if phase in first and not torch.equal(first[phase][generator], again[phase][generator]):
+            context.fail(
+                f"{phase} reseeds torch's global random number generator from outside torch: {generator}'s state "
+                f"after {phase} differs between two runs that started from the same state",
+                details=["an op that calls torch.seed() (or seeds from the clock or os.urandom) makes every later "
+                         "random draw in the program irreproducible, whatever seed the user set"],
+                hint=HINT)
+    drew = not torch.equal(first["before"][generator], first["forward"][generator])
+    if "backward" in first and drew and torch.equal(first["backward"][generator], first["before"][generator]):
+        context.fail(
+            f"backward rewinds torch's global random number generator: it leaves {generator} in the state it had "
+            "before forward, so the random numbers forward drew are drawn again by whatever runs next",
+            details=["forward advanced the generator; after backward it was back where it started"],
+            hint=HINT)
+
+
+check = GlobalRng()

@@ -1,0 +1,79 @@
+"""The growth check fails caches that keep more tensors alive on every call, and passes bounded ones."""
+
+import textwrap
+
+
+def run(pytester, run_pytest, source, *args):
+    pytester.makepyfile(textwrap.dedent(source))
+    return run_pytest("--autograd-checks=growth", *args)
+
+
+def test_growth_reports_tensors_and_bytes_per_call_of_a_list_on_the_class(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        from reference_ops.state import ExpHistoryOnClass
+
+        @pytest.mark.autograd_op(op=ExpHistoryOnClass)
+        def test_exp():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*every call leaves more tensors alive: 1 tensor (about 48 bytes) per call over the last 4 of 8 identical "
+        "calls",
+        "*check growth, device cpu, dtype float32",
+        "*tensors created during the calls still alive after call 1..8: 1, 2, 3, 4, 5, 6, 7, 8",
+        "*still alive after the last call: 8 tensors, 384 bytes*",
+        "*gc.collect() does not free them*",
+        "*hint: a cache that grows on every call: bound it (functools.lru_cache(maxsize=...)*never by tensors*",
+    ])
+
+
+def test_growth_fails_an_lru_cache_keyed_by_tensors(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        from reference_ops.state import ScaleCachedByTensor
+
+        @pytest.mark.autograd_op(op=ScaleCachedByTensor)
+        def test_scale():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*every call leaves more tensors alive: 2 tensors (about 96 bytes) per call*"])
+
+
+def test_growth_passes_a_bounded_cache_that_stops_growing(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import functools, pytest, torch
+
+        @functools.lru_cache(maxsize=4)
+        def doubled(x):
+            return x * 2
+
+        class ScaleWithBoundedCache(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return doubled(x).clone()     # keeps the last 4 inputs alive, no more
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        @pytest.mark.autograd_op(op=ScaleWithBoundedCache)
+        def test_bounded():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(passed=1)
+
+
+def test_growth_calls_must_be_an_integer_of_at_least_four(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        @pytest.mark.autograd_op(op=torch.exp, growth_calls=2)
+        def test_exp():
+            return [(torch.randn(3),)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*growth_calls= must be an integer of at least 4*got 2.*"])
+    assert "Traceback" not in result.stdout.str()
