@@ -9,12 +9,8 @@ instead of "Jacobian mismatch".
 import torch
 
 from pytest_autograd.case import is_once_differentiable
-from pytest_autograd.checks._derivatives import (
-    below_float64,
-    find_derivative_error,
-    low_precision_reason,
-    marker_tolerances,
-)
+from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
+from pytest_autograd.checks._low_precision import float64_plan, judge_second_derivatives
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import (
     OpRaised,
@@ -34,6 +30,7 @@ NOT_DIFFERENTIABLE_HINT = (
 class GradGradCheck(Check):
     name = "gradgradcheck"
     description = "analytical vs numerical second derivatives (double backward) in float64"
+    options = {"dtypes": None}  # the dtypes the op supports; without float64 it is judged in the best one
 
     def applies(self, case, device):
         if case.option("double_backward") is False:
@@ -45,8 +42,11 @@ class GradGradCheck(Check):
         return None
 
     def run(self, context):
-        low_precision = checked = 0
         for index, sample in context.samples():
+            plan = float64_plan(context, sample)
+            if plan is not None:
+                judge_second_derivatives(context, sample, plan, lambda p, o, d: _backward_function(context, p, o, d))
+                continue
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
                 continue
@@ -54,11 +54,6 @@ class GradGradCheck(Check):
             differentiable = differentiable_indices(outputs)
             if not differentiable:
                 continue
-            lower = below_float64(outputs)
-            if lower:
-                low_precision = lower
-                continue
-            checked += 1
             n_inputs = len(prepared.leaves)
             names = [output_label(k, len(outputs)) for k in range(len(outputs))]
             cotangent_leaves = [c.requires_grad_(True) for c in
@@ -112,10 +107,28 @@ class GradGradCheck(Check):
                 output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
                 hint="the backward's own gradient is wrong: check the ops backward uses on saved tensors",
             )
-        if low_precision and not checked:
-            from pytest import skip
 
-            skip(low_precision_reason(low_precision))
+
+def _backward_function(context, prepared, outputs, differentiable):
+    """``(leaves -> first gradients, leaves, names)``: inputs and cotangents in, the op's backward out."""
+    n_inputs = len(prepared.leaves)
+    names = [output_label(k, len(outputs)) for k in range(len(outputs))]
+    cotangent_leaves = [c.requires_grad_(True) for c in
+                        random_cotangents([outputs[k] for k in differentiable], context.generator)]
+
+    def backward(leaves):
+        inputs, cotangents = leaves[:n_inputs], leaves[n_inputs:]
+        outs = context.run_op(prepared, inputs)
+        pairs = [(outs[k], c) for k, c in zip(differentiable, cotangents) if outs[k].requires_grad]
+        try:
+            grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
+                                        create_graph=True, allow_unused=True)
+        except Exception as error:
+            raise OpRaised("backward", error) from error
+        return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+
+    leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
+    return backward, list(prepared.leaves) + cotangent_leaves, leaf_names
 
 
 def _reaches_error_node(grad):
