@@ -13,6 +13,7 @@ import torch
 from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks._low_precision import float64_plan, judge_first_derivatives
+from pytest_autograd.checks._surrogate import OPTION, SURROGATE_HINT, looks_like_surrogate, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import has_floating_input, output_label
 
@@ -20,12 +21,12 @@ from pytest_autograd.execution import has_floating_input, output_label
 class GradCheck(Check):
     name = "gradcheck"
     description = "analytical vs numerical first derivatives in float64, for every floating argument"
-    options = {"dtypes": None}  # the dtypes the op supports; without float64 it is judged in the best one
+    options = {"dtypes": None, **OPTION}  # dtypes: those the op supports; without float64 it is judged in the best one
 
     def applies(self, case, device):
         if not has_floating_input(case):
             return "no floating-point tensor argument to differentiate"
-        return None
+        return surrogate_reason(case, self.name)
 
     def run(self, context):
         for index, sample in context.samples():
@@ -52,7 +53,9 @@ class GradCheck(Check):
                 context.fail(
                     f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
                     output=error.output, argument=error.argument, worst=error.worst(),
-                    error=error.error_line(), hint=derivative_hint(error, has_backward=context.case.is_function),
+                    error=error.error_line(), hint=(SURROGATE_HINT.format(name=error.argument)
+                                                    if looks_like_surrogate(error) else
+                                                    derivative_hint(error, has_backward=context.case.is_function)),
                 )
 
 

@@ -8,9 +8,11 @@ instead of "Jacobian mismatch".
 
 import torch
 
+from pytest_autograd.backward_only import SECOND_DERIVATIVE_REASON, only_backward_works
 from pytest_autograd.case import is_once_differentiable
 from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
 from pytest_autograd.checks._low_precision import float64_plan, judge_second_derivatives
+from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import (
     OpRaised,
@@ -30,9 +32,12 @@ NOT_DIFFERENTIABLE_HINT = (
 class GradGradCheck(Check):
     name = "gradgradcheck"
     description = "analytical vs numerical second derivatives (double backward) in float64"
-    options = {"dtypes": None}  # the dtypes the op supports; without float64 it is judged in the best one
+    options = {"dtypes": None, **OPTION}  # dtypes: those the op supports; without float64 it is judged in the best one
 
     def applies(self, case, device):
+        surrogate = surrogate_reason(case, self.name)
+        if surrogate:
+            return surrogate
         if case.option("double_backward") is False:
             return "double_backward=False on the marker: the op declares no second derivative"
         if case.is_function and is_once_differentiable(case.op):
@@ -82,6 +87,10 @@ class GradGradCheck(Check):
                     numerical_needs_grad=True, **marker_tolerances(context.case),
                 )
             except OpRaised as raised:
+                if only_backward_works(raised.error):
+                    from pytest import skip
+
+                    skip(SECOND_DERIVATIVE_REASON)
                 if "once_differentiable" in str(raised.error):
                     from pytest import skip
 
