@@ -6,12 +6,19 @@ kernel) gives all-zero analytical second derivatives: the report says so
 instead of "Jacobian mismatch".
 """
 
+import math
+
 import torch
 
 from pytest_autograd.backward_only import SECOND_DERIVATIVE_REASON, only_backward_works
 from pytest_autograd.case import is_once_differentiable
 from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
 from pytest_autograd.checks._low_precision import float64_plan, judge_second_derivatives
+from pytest_autograd.checks._second_derivative_hints import (
+    DOUBLE_BACKWARD_HINT,
+    NON_FINITE_HINT,
+    refuses_double_backward,
+)
 from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import (
@@ -39,9 +46,9 @@ class GradGradCheck(Check):
         if surrogate:
             return surrogate
         if case.option("double_backward") is False:
-            return "double_backward=False on the marker: the op declares no second derivative"
+            return "double_backward=False on the marker declares that the op has no second derivative"
         if case.is_function and is_once_differentiable(case.op):
-            return "backward is @once_differentiable: the op declares no second derivative"
+            return "the op's backward is @once_differentiable: its author declared no second derivative"
         if not has_floating_input(case):
             return "no floating-point tensor argument to differentiate"
         return None
@@ -94,13 +101,15 @@ class GradGradCheck(Check):
                 if "once_differentiable" in str(raised.error):
                     from pytest import skip
 
-                    skip("backward is @once_differentiable: the op declares no second derivative")
+                    skip("the op's backward is @once_differentiable: its author declared no second derivative")
+                if refuses_double_backward(raised.error):
+                    context.fail_raised(raised, "while taking the second derivative", hint=DOUBLE_BACKWARD_HINT)
                 raise
             if any(declared_once):
                 from pytest import skip
 
-                skip("part of the backward is @once_differentiable (its gradient graph holds an Error node): "
-                     "the op declares no second derivative")
+                skip("part of the op's backward is @once_differentiable (its gradient graph holds an Error node): "
+                     "its author declared no second derivative")
             if error is None:
                 continue
             if error.argument_grad_all_zero and error.numerical_nonzero:
@@ -114,7 +123,8 @@ class GradGradCheck(Check):
             context.fail(
                 f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the numerical one",
                 output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
-                hint="the backward's own gradient is wrong: check the ops backward uses on saved tensors",
+                hint=(NON_FINITE_HINT if not math.isfinite(error.got) and math.isfinite(error.expected) else
+                      "the backward's own gradient is wrong: check the ops backward uses on saved tensors"),
             )
 
 
