@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 
+from pytest_autograd.checks._low_precision import float64_plan
 from pytest_autograd.checks._transforms import (
     ReferenceRaised,
     cast_sample,
@@ -22,7 +23,6 @@ from pytest_autograd.checks._transforms import (
     paired_tensors,
     unsupported_dtype,
 )
-from pytest_autograd.checks._low_precision import float64_plan
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import dtype_label, fmt, fmt_index
 from pytest_autograd.execution import OpRaised, has_floating_input

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from pytest_autograd.case import UsageProblem
+from pytest_autograd.checks._low_precision import float64_plan
 from pytest_autograd.checks._transforms import (
     HALF_DTYPES,
     ReferenceRaised,
@@ -27,7 +28,6 @@ from pytest_autograd.checks._transforms import (
     paired_tensors,
     unsupported_dtype,
 )
-from pytest_autograd.checks._low_precision import float64_plan
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import dtype_label, fmt
 from pytest_autograd.execution import OpRaised, has_floating_input
