@@ -107,3 +107,44 @@ def test_op():
     result = run_pytest("--autograd-checks=gradcheck")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["the op's forward raised RuntimeError: kernel launch failed"])
+
+
+KINKED = HEADER + """
+class Float32ReLU(torch.autograd.Function):
+    factor = 1.0
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype != torch.float32:
+            raise TypeError("relu_kernel: expected float32")
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x > 0).to(grad.dtype) * cls.factor
+
+class Float32ReLUDoubled(Float32ReLU):
+    factor = 2.0
+
+@pytest.mark.autograd_op(op={op})
+def test_relu():
+    return [(torch.randint(-3, 4, (12,)).float(),)]  # integer values: several exactly at the kink
+"""
+
+
+def test_a_float32_only_relu_on_integer_samples_notes_the_kinks_instead_of_failing(pytester, run_pytest):
+    pytester.makepyfile(test_ops=KINKED.format(op="Float32ReLU"))
+    result = run_pytest("--autograd-checks=gradcheck")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*AutogradNote: gradcheck: at grad x* the one-sided differences differ (a kink) and "
+                                 "the analytical value is one of them or between them: noted, not failed"])
+
+
+def test_a_wrong_relu_gradient_away_from_the_kinks_still_fails_in_float32(pytester, run_pytest):
+    pytester.makepyfile(test_ops=KINKED.format(op="Float32ReLUDoubled"))
+    result = run_pytest("--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["gradient of all outputs w.r.t. `x` does not match the numerical derivative in "
+                                 "float32"])
