@@ -362,6 +362,7 @@ def _pick(current, candidate):
 def judge_first_derivatives(context, sample, plan):
     """gradcheck for an op that cannot run in float64: fails through ``context``, notes on pass."""
     from pytest_autograd.checks._hints import derivative_hint
+    from pytest_autograd.checks._surrogate import SURROGATE_HINT, looks_like_surrogate
     from pytest_autograd.notes import note
 
     case, dtype = context.case, plan.dtype
@@ -386,7 +387,8 @@ def judge_first_derivatives(context, sample, plan):
                 context.fail(f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical "
                              f"derivative in {dtype_label(dtype)}", dtype=dtype_label(dtype), output=error.output,
                              argument=error.argument, worst=error.worst(), error=error.error_line(), details=details,
-                             hint=derivative_hint(error, has_backward=case.is_function))
+                             hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error)
+                                   else derivative_hint(error, has_backward=case.is_function)))
     context.dtype = None
     note(plan.note("gradcheck", case.reference is not None))
 
