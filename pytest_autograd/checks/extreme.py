@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from pytest_autograd.checks._low_precision import float64_plan
+from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import (
     ReferenceRaised,
     cast_sample,

@@ -11,7 +11,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from pytest_autograd.checks._derivatives import ATOL, EPS, RTOL
-from pytest_autograd.checks._low_precision import float64_plan
+from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import compare_tensors, fmt

@@ -18,8 +18,8 @@ import warnings
 
 import torch
 
+from pytest_autograd.checks._float64_support import float64_plan, sample_dtype
 from pytest_autograd.checks._hygiene import HygieneWarning, call_with, function_node
-from pytest_autograd.checks._low_precision import float64_plan, sample_dtype
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import dtype_label
 from pytest_autograd.execution import (

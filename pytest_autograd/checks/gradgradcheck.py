@@ -13,7 +13,8 @@ import torch
 from pytest_autograd.backward_only import SECOND_DERIVATIVE_REASON, only_backward_works
 from pytest_autograd.case import is_once_differentiable
 from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
-from pytest_autograd.checks._low_precision import float64_plan, judge_second_derivatives
+from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._low_precision import judge_second_derivatives
 from pytest_autograd.checks._second_derivative_hints import (
     DOUBLE_BACKWARD_HINT,
     NON_FINITE_HINT,

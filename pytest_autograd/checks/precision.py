@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pytest_autograd.case import UsageProblem
-from pytest_autograd.checks._low_precision import float64_plan
+from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import (
     HALF_DTYPES,
     ReferenceRaised,

@@ -12,10 +12,11 @@ import inspect
 import torch
 
 from pytest_autograd.case import UsageProblem, op_display_name
-from pytest_autograd.checks._low_precision import float64_plan, sample_dtype
+from pytest_autograd.checks._float64_support import float64_plan, sample_dtype
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks._reference_precision import reference_is_farther
 from pytest_autograd.checks.base import Check
+from pytest_autograd.compare import dtype_label
 from pytest_autograd.execution import OpRaised
 from pytest_autograd.notes import note
 from pytest_autograd.report import CheckFailure
@@ -40,7 +41,7 @@ class Reference(Check):
                 if dtype is torch.float64:
                     plan = float64_plan(context, sample)
                     if plan is not None:
-                        note(f"reference: {plan.reason}; compared in {plan.dtype} only")
+                        note(f"reference: {plan.reason}; compared in {dtype_label(plan.dtype)} only")
                         continue
                     context.dtype = None
                 run_dtype = dtype or sample_dtype(context, sample)
@@ -59,10 +60,11 @@ class Reference(Check):
                 try:
                     compare_runs(context, (ref_side, ref_outputs), (op_side, op_outputs),
                                  expected_label="the reference", got_label="the op")
-                except CheckFailure:
+                except CheckFailure as failure:
                     low = run_dtype
-                    verdict = None if dtype is torch.float64 or low in (None, torch.float64) else \
-                        reference_is_farther(context, sample, low)
+                    values_differ = failure.report.error is not None  # not a dtype, shape or count mismatch
+                    verdict = None if dtype is torch.float64 or low in (None, torch.float64) or not values_differ \
+                        else reference_is_farther(context, sample, low)
                     if verdict is None:
                         raise
                     note(verdict.note(low))
