@@ -116,7 +116,7 @@ def argument_names(op):
     """Names of the op's positional arguments, as its author wrote them."""
     schema = _schema_of(op)
     if schema is not None:
-        return [argument.name for argument in schema.arguments]
+        return [argument.name for argument in schema.arguments if not getattr(argument, "kwarg_only", False)]
     target = op
     drop_ctx = False
     if is_autograd_function(op):
@@ -139,11 +139,42 @@ def argument_names(op):
 
 
 def _schema_of(op):
-    for candidate in (op, getattr(op, "_opoverload", None), getattr(op, "default", None)):
+    """The operator schema behind ``op``, so arguments are named as the schema names them.
+
+    A torch.ops overload has its own; an overload packet lends its tensor
+    overload's (``torch.ops.aten.mul`` -> ``mul.Tensor(self, other)``); a
+    ``torch.*`` builtin its aten namesake's. None for anything else.
+    """
+    candidates = [op, getattr(op, "_opoverload", None)]
+    overloads = getattr(op, "overloads", None)
+    if callable(overloads) and type(op).__name__ == "OpOverloadPacket":
+        try:
+            names = list(overloads())
+        except Exception:  # an odd packet: no names
+            names = []
+        candidates += sorted((getattr(op, name, None) for name in names), key=_overload_preference)[:1]
+    if type(op).__name__ == "builtin_function_or_method" and (getattr(op, "__module__", "") or "").startswith("torch"):
+        import torch
+
+        packet = getattr(torch.ops.aten, getattr(op, "__name__", ""), None) if hasattr(torch.ops, "aten") else None
+        if packet is not None and packet is not op:
+            return _schema_of(packet)
+    for candidate in candidates:
         schema = getattr(candidate, "_schema", None)
         if schema is not None and hasattr(schema, "arguments"):
             return schema
     return None
+
+
+def _overload_preference(overload):
+    """Overloads on tensors (first argument ``self``) first: ``Tensor``, then ``default``, then any.
+
+    ``aten.mul.default`` is the scalar ``mul(Scalar a, Scalar b)``; ``aten.mul.Tensor`` is what a tensor call uses.
+    """
+    name = getattr(overload, "_overloadname", "")
+    schema = getattr(overload, "_schema", None)
+    first = schema.arguments[0].name if schema is not None and schema.arguments else ""
+    return (first != "self", name != "Tensor", name != "default", name)
 
 
 def is_once_differentiable(op):

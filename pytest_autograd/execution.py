@@ -191,7 +191,14 @@ def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None)
             retain_graph=retain_graph,
         )
     except Exception as error:
-        raise OpRaised("backward", error) from error
+        from pytest_autograd.backward_only import grads_by_backward, only_backward_works
+
+        if not only_backward_works(error):
+            raise OpRaised("backward", error) from error
+        try:
+            grads = grads_by_backward([o for o, _ in pairs], leaves, [c for _, c in pairs], create_graph, retain_graph)
+        except Exception as again:
+            raise OpRaised("backward", again) from again
     return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
 
 

@@ -116,3 +116,16 @@ def test_grad_metadata_passes_correct_functions_and_plain_functions(pytester, ru
             return [(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5))]
     """, "-W", "error::pytest_autograd.checks._hygiene.HygieneWarning")
     result.assert_outcomes(passed=8)
+
+
+def test_grad_metadata_passes_an_op_that_computes_and_returns_float32_by_design(pytester, run_pytest):
+    pytester.makepyfile(test_ops="""
+import pytest
+import torch
+from reference_ops.low_precision import GatedComputesInFloat32, gated_samples
+
+@pytest.mark.autograd_op(op=GatedComputesInFloat32)
+def test_gated():
+    return [tuple(t.double() for t in sample) for sample in gated_samples()]
+""")
+    run_pytest("--autograd-checks=grad_metadata").assert_outcomes(passed=1)

@@ -62,7 +62,7 @@ def test_a_correct_linear_passes_with_and_without_reference(pytester):
 
 
 def test_an_op_as_imprecise_as_its_reference_passes_in_float32_and_bfloat16(pytester):
-    marker = ", reference=naive_variance_reference, dtypes=['float32', 'bfloat16']"
+    marker = ", reference=naive_variance_reference, dtypes=['float64', 'float32', 'bfloat16']"
     run(pytester, "NaiveVariance", marker, VARIANCE).assert_outcomes(passed=1)
 
 

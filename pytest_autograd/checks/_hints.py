@@ -17,7 +17,9 @@ def derivative_hint(error, has_backward=True):
         return ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale "
                 "with grad_output, including negative values")
     if not math.isfinite(got):
-        return "backward produced inf/NaN where the numerical derivative is finite"
+        return ("backward produced inf/NaN where the numerical derivative is finite: sqrt, pow or log of a saved "
+                "value at 0 (d sqrt(y)/dy is inf there), or the torch.where gradient trap (the discarded branch's "
+                "NaN gradient times 0 is still NaN); make the unsafe input safe before the op")
     if expected != 0 and abs(got + expected) <= 1e-3 * abs(expected):
         return "the analytical gradient has the wrong sign"
     if expected != 0 and got != 0:

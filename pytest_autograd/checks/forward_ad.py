@@ -11,6 +11,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from pytest_autograd.checks._derivatives import ATOL, EPS, RTOL
+from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import compare_tensors, fmt
@@ -40,6 +41,11 @@ class ForwardAD(Check):
     def run(self, context):
         atol, rtol = context.case.option("atol", ATOL), context.case.option("rtol", RTOL)
         for index, sample in context.samples():
+            plan = float64_plan(context, sample)
+            if plan is not None:
+                from pytest_autograd.runner import skip_here
+
+                skip_here(f"{plan.reason}: forward-mode AD is checked against float64 central differences only")
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
                 continue

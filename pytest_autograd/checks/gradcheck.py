@@ -1,5 +1,8 @@
 """gradcheck: analytical vs numerical first derivatives, in float64.
 
+An op that cannot run in float64 is judged in its own dtype instead (see
+``_low_precision``), and the pass note names the strategy.
+
 Small inputs get the full Jacobian; large ones targeted probes (see
 ``_derivatives``), so a 200k-element op is checked in seconds without
 building a Jacobian.
@@ -7,13 +10,11 @@ building a Jacobian.
 
 import torch
 
-from pytest_autograd.checks._derivatives import (
-    below_float64,
-    find_derivative_error,
-    low_precision_reason,
-    marker_tolerances,
-)
+from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
+from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hints import derivative_hint
+from pytest_autograd.checks._low_precision import judge_first_derivatives
+from pytest_autograd.checks._surrogate import OPTION, SURROGATE_HINT, looks_like_surrogate, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import has_floating_input, output_label
 
@@ -21,15 +22,19 @@ from pytest_autograd.execution import has_floating_input, output_label
 class GradCheck(Check):
     name = "gradcheck"
     description = "analytical vs numerical first derivatives in float64, for every floating argument"
+    options = {"dtypes": None, **OPTION}  # dtypes: those the op supports; without float64 it is judged in the best one
 
     def applies(self, case, device):
         if not has_floating_input(case):
             return "no floating-point tensor argument to differentiate"
-        return None
+        return surrogate_reason(case, self.name)
 
     def run(self, context):
-        low_precision = checked = 0
         for index, sample in context.samples():
+            plan = float64_plan(context, sample)
+            if plan is not None:
+                judge_first_derivatives(context, sample, plan)
+                continue
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
                 continue
@@ -37,11 +42,6 @@ class GradCheck(Check):
             output_names = [output_label(k, len(outputs)) for k in range(len(outputs))]
             if not any(out.is_floating_point() for out in outputs):
                 continue
-            lower = below_float64(outputs)
-            if lower:
-                low_precision = lower
-                continue
-            checked += 1
 
             def fn(leaves):
                 return context.run_op(prepared, leaves)
@@ -55,12 +55,9 @@ class GradCheck(Check):
                     f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
                     output=error.output, argument=error.argument, worst=error.worst(),
                     error=error.error_line(), evidence=error.evidence,
-                    hint=derivative_hint(error, has_backward=context.case.is_function),
+                    hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error) else
+                          derivative_hint(error, has_backward=context.case.is_function)),
                 )
-        if low_precision and not checked:
-            from pytest import skip
-
-            skip(low_precision_reason(low_precision))
 
 
 check = GradCheck()

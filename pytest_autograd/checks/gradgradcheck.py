@@ -6,15 +6,21 @@ kernel) gives all-zero analytical second derivatives: the report says so
 instead of "Jacobian mismatch".
 """
 
+import math
+
 import torch
 
+from pytest_autograd.backward_only import SECOND_DERIVATIVE_REASON, only_backward_works
 from pytest_autograd.case import is_once_differentiable
-from pytest_autograd.checks._derivatives import (
-    below_float64,
-    find_derivative_error,
-    low_precision_reason,
-    marker_tolerances,
+from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
+from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._low_precision import judge_second_derivatives
+from pytest_autograd.checks._second_derivative_hints import (
+    DOUBLE_BACKWARD_HINT,
+    NON_FINITE_HINT,
+    refuses_double_backward,
 )
+from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import (
     OpRaised,
@@ -34,19 +40,26 @@ NOT_DIFFERENTIABLE_HINT = (
 class GradGradCheck(Check):
     name = "gradgradcheck"
     description = "analytical vs numerical second derivatives (double backward) in float64"
+    options = {"dtypes": None, **OPTION}  # dtypes: those the op supports; without float64 it is judged in the best one
 
     def applies(self, case, device):
+        surrogate = surrogate_reason(case, self.name)
+        if surrogate:
+            return surrogate
         if case.option("double_backward") is False:
-            return "double_backward=False on the marker: the op declares no second derivative"
+            return "double_backward=False on the marker declares that the op has no second derivative"
         if case.is_function and is_once_differentiable(case.op):
-            return "backward is @once_differentiable: the op declares no second derivative"
+            return "the op's backward is @once_differentiable: its author declared no second derivative"
         if not has_floating_input(case):
             return "no floating-point tensor argument to differentiate"
         return None
 
     def run(self, context):
-        low_precision = checked = 0
         for index, sample in context.samples():
+            plan = float64_plan(context, sample)
+            if plan is not None:
+                judge_second_derivatives(context, sample, plan, lambda p, o, d: _backward_function(context, p, o, d))
+                continue
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
                 continue
@@ -54,11 +67,6 @@ class GradGradCheck(Check):
             differentiable = differentiable_indices(outputs)
             if not differentiable:
                 continue
-            lower = below_float64(outputs)
-            if lower:
-                low_precision = lower
-                continue
-            checked += 1
             n_inputs = len(prepared.leaves)
             names = [output_label(k, len(outputs)) for k in range(len(outputs))]
             cotangent_leaves = [c.requires_grad_(True) for c in
@@ -87,16 +95,22 @@ class GradGradCheck(Check):
                     numerical_needs_grad=True, **marker_tolerances(context.case),
                 )
             except OpRaised as raised:
+                if only_backward_works(raised.error):
+                    from pytest import skip
+
+                    skip(SECOND_DERIVATIVE_REASON)
                 if "once_differentiable" in str(raised.error):
                     from pytest import skip
 
-                    skip("backward is @once_differentiable: the op declares no second derivative")
+                    skip("the op's backward is @once_differentiable: its author declared no second derivative")
+                if refuses_double_backward(raised.error):
+                    context.fail_raised(raised, "while taking the second derivative", hint=DOUBLE_BACKWARD_HINT)
                 raise
             if any(declared_once):
                 from pytest import skip
 
-                skip("part of the backward is @once_differentiable (its gradient graph holds an Error node): "
-                     "the op declares no second derivative")
+                skip("part of the op's backward is @once_differentiable (its gradient graph holds an Error node): "
+                     "its author declared no second derivative")
             if error is None:
                 continue
             if error.argument_grad_all_zero and error.numerical_nonzero:
@@ -111,12 +125,32 @@ class GradGradCheck(Check):
             context.fail(
                 f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the numerical one",
                 output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
-                evidence=error.evidence, hint="the backward's own gradient is wrong: check the ops backward uses on saved tensors",
+                evidence=error.evidence,
+                hint=(NON_FINITE_HINT if not math.isfinite(error.got) and math.isfinite(error.expected) else
+                      "the backward's own gradient is wrong: check the ops backward uses on saved tensors"),
             )
-        if low_precision and not checked:
-            from pytest import skip
 
-            skip(low_precision_reason(low_precision))
+
+def _backward_function(context, prepared, outputs, differentiable):
+    """``(leaves -> first gradients, leaves, names)``: inputs and cotangents in, the op's backward out."""
+    n_inputs = len(prepared.leaves)
+    names = [output_label(k, len(outputs)) for k in range(len(outputs))]
+    cotangent_leaves = [c.requires_grad_(True) for c in
+                        random_cotangents([outputs[k] for k in differentiable], context.generator)]
+
+    def backward(leaves):
+        inputs, cotangents = leaves[:n_inputs], leaves[n_inputs:]
+        outs = context.run_op(prepared, inputs)
+        pairs = [(outs[k], c) for k, c in zip(differentiable, cotangents) if outs[k].requires_grad]
+        try:
+            grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
+                                        create_graph=True, allow_unused=True)
+        except Exception as error:
+            raise OpRaised("backward", error) from error
+        return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+
+    leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
+    return backward, list(prepared.leaves) + cotangent_leaves, leaf_names
 
 
 def _reaches_error_node(grad):

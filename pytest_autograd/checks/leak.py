@@ -61,6 +61,7 @@ class Probe:
     tracked: list = field(default_factory=list)  # (label, weakref, bytes)
     alive_after_drop: list = field(default_factory=list)  # labels
     alive_after_collect: list = field(default_factory=list)
+    saved: list = field(default_factory=list)  # relations ("input `x`", "output") saved with save_for_backward
     device_bytes: int = None  # still allocated on the device after dropping (None off-GPU)
 
 
@@ -114,6 +115,7 @@ def _run_and_drop(context, prepared, probe):
     count = len(outputs)
     node = function_node(case, outputs)
     probe.attributes = _ctx_tensors(node, arguments, outputs)
+    probe.saved = _saved_relations(node, arguments, outputs)
     probe.tracked = [(output_label(k, count), weakref.ref(out), nbytes(out)) for k, out in enumerate(outputs)]
     if node is not None:
         probe.tracked.append((f"the autograd node {type(node).__name__} (the ctx)", weakref.ref(node), 0))
@@ -154,6 +156,42 @@ def _ctx_tensors(node, arguments, outputs):
     return found
 
 
+def _saved_relations(node, arguments, outputs):
+    """What the op saved with ctx.save_for_backward: "input `x`" or an output label, for each saved tensor.
+
+    Only labels are kept: holding the unpacked tensors would itself keep them alive.
+    """
+    if node is None:
+        return []
+    try:
+        saved = list(node.saved_tensors)
+    except RuntimeError:  # already freed, or nothing saved
+        return []
+    relations = []
+    count = len(outputs)
+    for value in saved:
+        if not isinstance(value, torch.Tensor):
+            continue
+        for k, out in enumerate(outputs):
+            if value is out or shares_storage(value, out):
+                relations.append(output_label(k, count))
+                break
+        else:
+            for _, name, tensor in arguments:
+                if value is tensor or shares_storage(value, tensor):
+                    relations.append(f"input `{name}`")
+                    break
+    del saved
+    return relations
+
+
+def _already_saved_hint(labels):
+    listed = ", ".join(labels)
+    return (f"{listed} {'is' if len(labels) == 1 else 'are'} already saved with ctx.save_for_backward, so something "
+            "else holds it: a global list or cache, a closure, a non-tensor ctx attribute (a list, dict or object) "
+            "that contains it, or an output that is a view of it; drop that reference")
+
+
 def _tensor_attributes(node):
     """(name, tensor) for tensors on ctx, also inside a list, tuple or dict attribute (``ctx.saved[0]``)."""
     for attribute, value in list(vars(node).items()):
@@ -192,7 +230,11 @@ def _report_cycle(context, probe):
     else:
         verb = "outlives" if len(probe.alive_after_drop) == 1 else "outlive"
         summary = f"{survivors} {verb} the last reference to the outputs"
-        hint = ("a reference cycle through ctx or the graph, or a global that keeps outputs; " + SAVE_HINT)
+        alive = set(probe.alive_after_drop)
+        saved = [f"`{label.split('`')[1]}`" if label.startswith("input") else label for label in probe.saved
+                 if label in alive or f"the op's {label}" in alive]
+        hint = (_already_saved_hint(saved) if saved else
+                "a reference cycle through ctx or the graph, or a global that keeps outputs; " + SAVE_HINT)
     context.fail(summary, details=details, hint=hint, output=holders[0].relation if holders else None)
 
 
@@ -215,7 +257,13 @@ def _report_held(context, probe):
                  hint=(f"use ctx.save_for_backward({', '.join(_input_name(a) for a in holders)}) and "
                        "ctx.saved_tensors: "
                        "backward then frees them when it ends, and autograd detects in-place changes to them")
-                 if holders else SAVE_HINT)
+                 if holders else _held_hint(names, probe.saved))
+
+
+def _held_hint(names, saved):
+    """The hint for inputs alive after backward with no ctx attribute holding them."""
+    already = [f"`{name}`" for name in names if f"input `{name}`" in saved]
+    return _already_saved_hint(already) if already else SAVE_HINT
 
 
 def _input_name(attribute):

@@ -45,10 +45,12 @@ class RequiresGrad(Check):
         return None
 
     def run(self, context):
+        checked = False
         for index, sample in context.samples():
             full = context.prepare(sample)
             if len(full.leaves) < 2:
                 continue
+            checked = True
             outputs = context.run_op(full)
             cotangents = random_cotangents(outputs, context.generator)
             try:
@@ -59,6 +61,13 @@ class RequiresGrad(Check):
             for subset in subsets(len(full.leaves)):
                 self._check_subset(context, sample, full, outputs, cotangents, expected,
                                    [full.slots[i] for i in subset])
+        if not checked:
+            from pytest_autograd.runner import skip_here
+
+            constants = context.case.option("constants")
+            skip_here(f"constants={constants!r} leaves fewer than two differentiable inputs in every sample: "
+                      "there is no subset of inputs to vary" if constants is not None else
+                      "no sample has two differentiable inputs: there is no subset of inputs to vary")
 
     def _check_subset(self, context, sample, full, outputs, cotangents, expected, slots):
         prepared = context.prepare(sample, only=set(slots))

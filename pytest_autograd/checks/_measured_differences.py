@@ -1,0 +1,192 @@
+"""Central differences in a low dtype, with a measured tolerance.
+
+For an op that cannot run in float64 and has no reference. Central
+differences at three steps ``2h, h, h/2`` (``h = eps^(1/3) max|x|``); the
+perturbed inputs are rounded to the dtype and the analytical side uses
+exactly the rounded step, so input rounding costs nothing. A wrong gradient
+is an error that stays the same whatever the step; truncation and rounding
+errors change with it, so the spread across steps (plus the rounding of the
+outputs that moved) is the tolerance. At a kink, where one-sided
+differences jump, an analytical value equal to one side or between them is
+noted, not failed.
+"""
+
+import math
+
+import torch
+
+from pytest_autograd.checks._derivatives import DerivativeError
+from pytest_autograd.compare import dtype_label, fmt, fmt_index
+from pytest_autograd.execution import grads_of, random_cotangents
+
+STEP_FACTORS = (2.0, 1.0, 0.5)  # of the base step eps ** (1/3) * max|x|
+ELEMENT_PROBES = 6  # per argument, besides two random directions
+NOISE_ULPS = 4  # rounding allowance on the outputs that moved and on the analytical side
+SPREAD_FACTOR = 3.0  # how many times the measured spread across steps is tolerated
+RELATIVE_FLOOR_ULPS = 4  # relative allowance on the projected derivative, in eps ** (2/3)
+LEAF_FLOOR_ULPS = 4  # allowance on an element probe relative to the argument's largest gradient, in eps ** (2/3)
+
+
+def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None):
+    """Worst DerivativeError of ``fn(leaves) -> outputs`` (leaves in ``dtype``), or None.
+
+    ``kinks``, a list, receives the probes where one-sided differences differ
+    and the analytical value is one of them or between them: a kink (relu,
+    clamp, max with ties), noted rather than failed.
+    """
+    outputs = fn(leaves)
+    diff = [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
+    if not diff or not leaves:
+        return None
+    outputs = [outputs[k] for k in diff]
+    cotangents = random_cotangents(outputs, generator)
+    analytical = [g.detach().to(torch.float64) for g in grads_of(outputs, leaves, cotangents, retain_graph=True)]
+    negated = grads_of(outputs, leaves, [-c for c in cotangents], retain_graph=True)
+    eps = torch.finfo(dtype).eps
+    worst = _sign_error(analytical, negated, names, eps)
+    cotangents64 = [c.detach().to(torch.float64) for c in cotangents]
+
+    def evaluate(moved):
+        with torch.set_grad_enabled(needs_grad):
+            if needs_grad:
+                moved = [m.detach().requires_grad_(True) for m in moved]
+            outs = fn(moved)
+        return [outs[k].detach().to(torch.float64) for k in diff]
+
+    center = evaluate([leaf.detach() for leaf in leaves])
+    for j, leaf in enumerate(leaves):
+        x = leaf.detach().to(torch.float64)
+        peak = float(x.abs().max()) if x.numel() else 0.0
+        base = eps ** (1 / 3) * (peak if peak > 0 else 1.0)
+        leaf_scale = float(analytical[j].abs().max()) if analytical[j].numel() else 0.0
+        for label, direction in _directions(leaf, generator):
+            found = _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents64,
+                                     analytical[j], names[j], label, eps, leaf_scale, center)
+            if isinstance(found, str):
+                if kinks is not None:
+                    kinks.append(found)
+                continue
+            worst = _pick(worst, found)
+    return worst
+
+
+def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents64, grad, name, label, eps,
+                     leaf_scale, center):
+    """None when the probe agrees, the probe's label (a str) at a kink, else a DerivativeError."""
+    errors, predicted_values, floors, one_sided = [], [], [], []
+    for factor in STEP_FACTORS:
+        step = base * factor
+        plus, minus = (x + step * direction).to(dtype), (x - step * direction).to(dtype)
+        delta = plus.to(torch.float64) - minus.to(torch.float64)
+        if not bool((delta != 0).any()):
+            continue
+        moved_plus = [leaf.detach() for leaf in leaves]
+        moved_minus = list(moved_plus)
+        moved_plus[j], moved_minus[j] = plus, minus
+        out_plus, out_minus = evaluate(moved_plus), evaluate(moved_minus)
+        change = sum(float(((p - m) * v).sum()) for p, m, v in zip(out_plus, out_minus, cotangents64))
+        moved = sum(float(((p.abs() + m.abs()) * v.abs() * (p != m)).sum())
+                    for p, m, v in zip(out_plus, out_minus, cotangents64))
+        predicted = float((grad * delta).sum())
+        width = 2 * step
+        errors.append((change - predicted) / width)
+        right = sum(float(((p - c) * v).sum()) for p, c, v in zip(out_plus, center, cotangents64))
+        left = sum(float(((c - m) * v).sum()) for c, m, v in zip(center, out_minus, cotangents64))
+        one_sided.append(((right - float((grad * (plus.to(torch.float64) - x)).sum())) / step,
+                          (left - float((grad * (x - minus.to(torch.float64))).sum())) / step))
+        predicted_values.append(predicted / width)
+        floors.append(NOISE_ULPS * eps * (moved + float((grad.abs() * delta.abs()).sum())) / width)
+    if len(errors) < 2 or not all(math.isfinite(e) for e in errors):
+        if errors and not all(math.isfinite(e) for e in errors):
+            return DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf, 0.0,
+                                   "central differences in " + dtype_label(dtype), False, True)
+        return None
+    spread = max(errors) - min(errors)
+    # The best relative accuracy of central differences is about eps ** (2/3): allowed on this direction's
+    # derivative, and (a few times) on the argument's largest gradient, where quantised outputs move.
+    scale = max(abs(p) for p in predicted_values)
+    reach = leaf_scale * float(direction.abs().sum()) if label.startswith("[") and "random" not in label else 0.0
+    tolerance = (SPREAD_FACTOR * spread + max(floors)
+                 + eps ** (2 / 3) * (RELATIVE_FLOOR_ULPS * scale + LEAF_FLOOR_ULPS * reach))
+    best = min(range(len(errors)), key=lambda i: abs(errors[i]))
+    if abs(errors[best]) <= tolerance:
+        return None
+    if _at_kink(one_sided, tolerance, one_element="random" not in label):
+        return f"grad {name}{label}"
+    got = predicted_values[best]
+    expected = got + errors[best]
+    return DerivativeError(
+        output="all outputs", argument=name, element=f"grad {name}{label}", expected=expected, got=got,
+        abs_error=abs(errors[best]), tolerance=tolerance,
+        strategy=(f"central differences in {dtype_label(dtype)} at steps {', '.join(fmt(base * f) for f in STEP_FACTORS)}; "
+                  f"the error stays at {', '.join(fmt(e) for e in errors)} whatever the step, so it is the "
+                  "gradient's, not rounding's"),
+        argument_grad_all_zero=bool((grad == 0).all()), numerical_nonzero=expected != 0.0,
+    )
+
+
+def _at_kink(one_sided, tolerance, one_element=True):
+    """One-sided differences that differ by a jump that does not shrink with the step, with the analytical
+    value equal to one of them or between them: a kink, where central differences average two slopes.
+
+    A random direction may cross several kinks at once, where each element's subgradient sits between its
+    own slopes but their sum need not sit between the direction's two one-sided slopes: there a kink is
+    enough, and the element probes judge the elements one by one.
+    """
+    right, left = one_sided[-1]  # the smallest step
+    jump, first_jump = right - left, one_sided[0][0] - one_sided[0][1]
+    if abs(jump) <= tolerance or abs(jump) < 0.5 * abs(first_jump):
+        return False  # the sides agree, or they differ only by curvature, which shrinks with the step
+    return not one_element or right * left <= 0 or min(abs(right), abs(left)) <= tolerance
+
+
+def _sign_error(analytical, negated, names, eps):
+    """backward(-v) must be -backward(v), up to rounding."""
+    worst = None
+    for name, g, n in zip(names, analytical, negated):
+        n = n.detach().to(torch.float64)
+        error = (g + n).abs()
+        tolerance = NOISE_ULPS * eps * (float(g.abs().max()) if g.numel() else 0.0) + 1e-30
+        if g.numel() and float(error.max()) > tolerance:
+            flat = int(torch.argmax(error))
+            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), g.shape))
+            found = DerivativeError(
+                "all outputs", name, f"grad {name}{fmt_index(index)} for -grad_output", float(-g[index]),
+                float(n[index]), float(error[index]), tolerance,
+                "negated random cotangent; the gradient for -grad_output must be minus the gradient for "
+                "grad_output, so backward is not linear in grad_output (e.g. right only for positive grad_outputs)",
+                False, True)
+            worst = _pick(worst, found)
+    return worst
+
+
+def _directions(leaf, generator):
+    """Element probes (every element of a small argument, else corners and random ones) and two random directions."""
+    shape = tuple(leaf.shape)
+    numel = leaf.numel()
+    if numel == 0:
+        return []
+    if numel <= ELEMENT_PROBES:
+        flats = list(range(numel))
+    else:
+        chosen = torch.randperm(numel - 2, generator=generator)[: ELEMENT_PROBES - 2] + 1
+        flats = [0, numel - 1] + sorted(int(i) for i in chosen)
+    probes = []
+    for flat in flats:
+        direction = torch.zeros(numel, dtype=torch.float64)
+        direction[flat] = 1.0
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if shape else ()
+        probes.append((fmt_index(index), direction.view(shape).to(leaf.device)))
+    for _ in range(2):
+        direction = torch.randn(shape, generator=generator, dtype=torch.float64)
+        probes.append(("[...] . random direction", direction.to(leaf.device)))
+    return probes
+
+
+def _pick(current, candidate):
+    if candidate is None:
+        return current
+    if current is None:
+        return candidate
+    ratio = lambda d: d.abs_error / max(d.tolerance, 1e-300)  # noqa: E731
+    return candidate if ratio(candidate) > ratio(current) else current

@@ -1,0 +1,120 @@
+"""Ops written the way float32-only kernels are, with planted-bug twins.
+
+Most CUDA and Triton kernels accept only float32 (or 16-bit) inputs: some
+raise on float64, some compute in float32 whatever they are given. These
+ops imitate both on the CPU, around one formula with a product rule,
+``gated(x, w) = x * tanh(w * x)``:
+
+* :class:`GatedFloat32Only` raises on anything but float32, as a kernel's
+  dtype dispatch does;
+* :class:`GatedComputesInFloat32` accepts any dtype, computes in float32 and
+  returns float32;
+* :class:`GatedFloat32OnlySilent` computes garbage for float64 without
+  raising (a kernel that reinterprets its input): only ``dtypes=`` on the
+  marker can say what it supports.
+
+Their backward is built from differentiable torch ops, so the second
+derivative exists. ``*DroppedProductTerm`` twins forget the
+``x * w * (1 - tanh^2)`` term of ``d/dx``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd import Function
+
+__all__ = [
+    "GatedFloat32Only",
+    "GatedFloat32OnlyDroppedProductTerm",
+    "GatedComputesInFloat32",
+    "GatedComputesInFloat32DroppedProductTerm",
+    "GatedFloat32OnlySilent",
+    "gated_reference",
+    "gated_samples",
+]
+
+
+def _require_float32(*tensors):
+    for tensor in tensors:
+        if tensor.dtype != torch.float32:
+            raise RuntimeError(f"gated_kernel: only float32 is supported, got {tensor.dtype}")
+
+
+def _gated_grads(x, w, grad, drop_product_term=False):
+    t = torch.tanh(w * x)
+    d_tanh = 1 - t * t
+    grad_x = grad * (t if drop_product_term else t + x * w * d_tanh)
+    grad_w = grad * x * x * d_tanh
+    return grad_x, grad_w
+
+
+class GatedFloat32Only(Function):
+    """``x * tanh(w * x)``; raises unless every input is float32."""
+
+    drop_product_term = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        _require_float32(x, w)
+        ctx.save_for_backward(x, w)
+        return x * torch.tanh(w * x)
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        x, w = ctx.saved_tensors
+        return _gated_grads(x, w, grad, cls.drop_product_term)
+
+
+class GatedFloat32OnlyDroppedProductTerm(GatedFloat32Only):
+    """BUG: ``d/dx`` forgets the ``x * w * (1 - tanh^2)`` term of the product rule."""
+
+    drop_product_term = True
+
+
+class GatedComputesInFloat32(Function):
+    """``x * tanh(w * x)`` computed and returned in float32 whatever the input dtype."""
+
+    drop_product_term = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)  # the inputs themselves: casts inside forward are not recorded
+        x32, w32 = x.float(), w.float()
+        return x32 * torch.tanh(w32 * x32)
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        x, w = ctx.saved_tensors
+        grad_x, grad_w = _gated_grads(x.float(), w.float(), grad.float(), cls.drop_product_term)
+        return grad_x, grad_w
+
+
+class GatedComputesInFloat32DroppedProductTerm(GatedComputesInFloat32):
+    """BUG: ``d/dx`` forgets the ``x * w * (1 - tanh^2)`` term of the product rule."""
+
+    drop_product_term = True
+
+
+class GatedFloat32OnlySilent(Function):
+    """``x * tanh(w * x)`` for float32; for other dtypes a wrong answer, no error (declare ``dtypes=``)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        out = x * torch.tanh(w * x)
+        return out if x.dtype == torch.float32 else out * 0.5
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return _gated_grads(x, w, grad)
+
+
+def gated_reference(x, w):
+    return x * torch.tanh(w * x)
+
+
+def gated_samples(generator=None, dtype=torch.float32):
+    """A 3x4 pair and a 1-D pair of 7, values of order one."""
+    r = lambda *s: torch.randn(*s, generator=generator, dtype=dtype)  # noqa: E731
+    return [(r(3, 4), r(3, 4)), (r(7), 0.5 * r(7))]

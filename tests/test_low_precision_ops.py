@@ -1,0 +1,150 @@
+"""Ops that cannot run in float64 are still judged, in their own dtype, and say how.
+
+A float32-only kernel raises on float64 or computes in float32 whatever it
+gets; its gradients are judged against the reference's float64 gradients on
+the same rounded inputs, or by central differences in float32 whose
+tolerance is measured. A wrong backward fails naming the argument; the
+correct twin passes every default check.
+"""
+
+import pytest
+
+HEADER = """
+import pytest
+import torch
+from reference_ops.low_precision import *
+"""
+
+
+def marked(op, extra=""):
+    return HEADER + f"""
+@pytest.mark.autograd_op(op={op}{extra})
+def test_op():
+    return gated_samples()
+"""
+
+
+def run(pytester, run_pytest, op, extra="", *args):
+    pytester.makepyfile(test_ops=marked(op, extra))
+    return run_pytest("-rs", *args)
+
+
+@pytest.mark.parametrize("op", ["GatedFloat32Only", "GatedComputesInFloat32"])
+@pytest.mark.parametrize("extra", ["", ", reference=gated_reference"])
+def test_a_correct_float32_only_op_passes_every_default_check(pytester, run_pytest, op, extra):
+    result = run(pytester, run_pytest, op, extra)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    assert "passed" in outcomes
+
+
+def test_a_dropped_product_rule_term_fails_gradcheck_by_measured_differences_naming_the_argument(pytester, run_pytest):
+    result = run(pytester, run_pytest, "GatedFloat32OnlyDroppedProductTerm", "", "--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient of all outputs w.r.t. `x` does not match the numerical derivative in float32",
+        "  check gradcheck, device cpu, dtype float32, sample 0",
+        "  output: all outputs, argument: x",
+        "  worst element: grad x* (numerical), got * (analytical)",
+        "  abs error * > tolerance * (central differences in float32 at steps *; the error stays at * whatever "
+        "the step, so it is the gradient's, not rounding's)",
+        "  strategy: gradcheck: the op's forward raises on float64 (RuntimeError: gated_kernel: only float32 is "
+        "supported, got torch.float64); judged by central differences in float32 at three step sizes*",
+    ], consecutive=True)
+
+
+def test_a_dropped_product_rule_term_fails_gradcheck_against_the_float64_reference(pytester, run_pytest):
+    result = run(pytester, run_pytest, "GatedFloat32OnlyDroppedProductTerm", ", reference=gated_reference",
+                 "--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` in float32 does not match the reference's float64 gradient",
+        "  check gradcheck, device cpu, dtype float32, sample 0",
+        "  argument: x",
+        "  worst element: grad x* expected * (reference, float64), got *",
+        "  normwise error * > budget * (precision_k x the reference's own error * in this dtype, plus 8 ulps)",
+        "  strategy: gradcheck: * judged by gradients in float32 against the reference's float64 gradients on the "
+        "same rounded inputs",
+    ], consecutive=True)
+
+
+def test_an_op_computing_in_float32_for_float64_inputs_with_a_wrong_backward_fails(pytester, run_pytest):
+    result = run(pytester, run_pytest, "GatedComputesInFloat32DroppedProductTerm", "", "--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient of all outputs w.r.t. `x` does not match the numerical derivative in float32",
+        "*strategy: gradcheck: the op returns float32 outputs for float64 inputs; judged by*",
+    ])
+
+
+def test_the_pass_note_names_the_strategy_used(pytester, run_pytest):
+    result = run(pytester, run_pytest, "GatedFloat32Only", "", "--autograd-checks=gradcheck,gradgradcheck")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*AutogradNote: gradcheck: the op's forward raises on float64 (*); judged by central differences in "
+        "float32 at three step sizes, tolerance from the measured spread between them",
+        "*AutogradNote: gradgradcheck: the op's forward raises on float64 (*); judged by central differences*",
+    ])
+
+
+def test_an_op_that_gives_wrong_float64_results_without_raising_is_declared_with_dtypes(pytester, run_pytest):
+    result = run(pytester, run_pytest, "GatedFloat32OnlySilent", "", "--autograd-checks=gradcheck,reference")
+    result.assert_outcomes(failed=1, skipped=1)  # float64 runs, silently wrong: caught as a wrong derivative
+    declared = run(pytester, run_pytest, "GatedFloat32OnlySilent", ", dtypes=(torch.float32,)")
+    assert declared.parseoutcomes().get("failed", 0) == 0, declared.stdout.str()
+    declared.stdout.fnmatch_lines(["*AutogradNote: gradcheck: dtypes=(float32) on the marker declares no float64*"])
+
+
+def test_an_op_raising_in_every_dtype_is_reported_with_its_own_error(pytester, run_pytest):
+    pytester.makepyfile(test_ops=HEADER + """
+def broken(x):
+    raise RuntimeError("kernel launch failed")
+
+@pytest.mark.autograd_op(op=broken)
+def test_op():
+    return [(torch.randn(3),)]
+""")
+    result = run_pytest("--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["the op's forward raised RuntimeError: kernel launch failed"])
+
+
+KINKED = HEADER + """
+class Float32ReLU(torch.autograd.Function):
+    factor = 1.0
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype != torch.float32:
+            raise TypeError("relu_kernel: expected float32")
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x > 0).to(grad.dtype) * cls.factor
+
+class Float32ReLUDoubled(Float32ReLU):
+    factor = 2.0
+
+@pytest.mark.autograd_op(op={op})
+def test_relu():
+    return [(torch.randint(-3, 4, (12,)).float(),)]  # integer values: several exactly at the kink
+"""
+
+
+def test_a_float32_only_relu_on_integer_samples_notes_the_kinks_instead_of_failing(pytester, run_pytest):
+    pytester.makepyfile(test_ops=KINKED.format(op="Float32ReLU"))
+    result = run_pytest("--autograd-checks=gradcheck")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*AutogradNote: gradcheck: at grad x* the one-sided differences differ (a kink) and "
+                                 "the analytical value is one of them or between them: noted, not failed"])
+
+
+def test_a_wrong_relu_gradient_away_from_the_kinks_still_fails_in_float32(pytester, run_pytest):
+    pytester.makepyfile(test_ops=KINKED.format(op="Float32ReLUDoubled"))
+    result = run_pytest("--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["gradient of all outputs w.r.t. `x` does not match the numerical derivative in "
+                                 "float32"])
