@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_autograd import notes
 from pytest_autograd.record import PROPERTY, Recorder, test_name, worker_fields
 
 RECORDER = pytest.StashKey()
@@ -61,6 +62,7 @@ def pytest_configure(config):
 
 
 def remember_for_record(item, seed, rerun):
+    notes.take()  # notes of an earlier item that ended without a record are not this item's
     item.stash[SEED] = seed
     item.stash[RERUN] = rerun
 
@@ -102,7 +104,7 @@ def pytest_runtest_makereport(item, call):
         seed=item.stash.get(SEED, None),
         rerun=item.stash.get(RERUN, None),
         report=failure,
-        notes=[value for name, value in item.user_properties if name == "autograd_note"],
+        notes=notes.take(),
     )
     report.user_properties = [*report.user_properties, (PROPERTY, fields)]
     return report

@@ -55,3 +55,18 @@ def test_a_wrong_op_against_the_imprecise_reference_still_fails(pytester, run_py
         "gradient w.r.t. `x` from the op differs from the reference",
         "  check reference, device cpu, dtype float64, sample 0",
     ])
+
+
+def test_a_note_never_fails_a_correct_op_under_warnings_as_errors_and_reaches_the_json_record(pytester, run_pytest):
+    import json
+
+    pytester.makepyfile(test_ops=HEADER + """
+@pytest.mark.autograd_op(op=TwoPassVariance, reference=textbook_variance_reference)
+def test_variance():
+    return variance_samples()
+""")
+    result = run_pytest("--autograd-checks=reference", "-W", "error", "--autograd-json=record.json")
+    result.assert_outcomes(passed=1)
+    (record,) = json.loads((pytester.path / "record.json").read_text())["records"]
+    assert record["outcome"] == "passed"
+    assert any("the reference is less precise than the op" in note for note in record["notes"])
