@@ -245,3 +245,31 @@ def test_a_declared_change_to_a_list_argument_never_reaches_the_next_run(pyteste
     """))
     result = run_pytest()
     result.assert_outcomes(passed=4)
+
+
+def test_mutation_names_a_list_argument_backward_changes_in_place(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        import torch.nn.functional as F
+
+        class PadLast(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, pads):
+                ctx.pads = pads                   # the caller's list
+                return F.pad(x, pads)
+
+            @staticmethod
+            def backward(ctx, grad):
+                before, after = ctx.pads
+                ctx.pads.clear()                  # "free" it: empties the caller's list
+                return grad[..., before:grad.shape[-1] - after], None
+
+        @pytest.mark.autograd_op(op=PadLast)
+        def test_pad():
+            return [(torch.randn(3, 4), [1, 2])]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*backward modified its argument `pads` (a list) in place: [[]1, 2[]] -> [[][]]",
+        "*hint: work on a copy (`pads = list(pads)`) instead of changing the caller's list",
+    ])
