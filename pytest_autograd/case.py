@@ -232,10 +232,12 @@ def _validate_sample(sample, index, where):
         )
 
 
-def build_case(mark_kwargs, samples):
+def build_case(mark_kwargs, samples, where="autograd_check"):
+    from pytest_autograd.sample_values import validate_sample_values
+
     op = mark_kwargs["op"]
     arg_names = argument_names(op)
-    return OpCase(
+    case = OpCase(
         op=op,
         samples=samples,
         reference=mark_kwargs.get("reference"),
@@ -244,6 +246,8 @@ def build_case(mark_kwargs, samples):
         name=op_display_name(op),
         constant_slots=_constant_slots(mark_kwargs.get("constants"), arg_names, samples),
     )
+    validate_sample_values(case, where)
+    return case
 
 
 def _constant_slots(constants, arg_names, samples):

@@ -84,10 +84,9 @@ def pytest_generate_tests(metafunc):
         selected = _selected_checks(settings, registry, mark)
         validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
         devices = mark.kwargs.get("devices") or settings.devices
-        if isinstance(devices, str):
-            devices = parse_devices(devices, f"{where}: devices=")
-        else:
-            devices = parse_devices(",".join(devices), f"{where}: devices=")
+        if not isinstance(devices, (list, tuple, set, frozenset)):
+            devices = [devices]  # one name, or one torch.device
+        devices = parse_devices(",".join(map(str, devices)), f"{where}: devices=")
     except (UsageProblem, pytest.UsageError) as problem:
         raise pytest.Collector.CollectError(str(problem)) from None
     specs = [ItemSpec(name, device, explicit) for name, explicit in selected for device in devices]

@@ -9,6 +9,7 @@ from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
 from pytest_autograd.report import CheckFailure
+from pytest_autograd.sample_values import validate_sample_values
 
 MARKER = "autograd_op"
 
@@ -108,7 +109,7 @@ def _build_case_once_per_test(item, mark, spec, where):
         skip_here(f"the test body's samples are unusable: see the failure of {problems[key]}")
     try:
         samples = normalise_samples(call_body(item), where)
-        case = build_case(mark.kwargs, samples)
+        case = build_case(mark.kwargs, samples, where)
     except UsageProblem:
         problems[key] = item.nodeid
         raise
@@ -117,6 +118,7 @@ def _build_case_once_per_test(item, mark, spec, where):
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
         if adjusted is not None:
             case.samples = normalise_samples(adjusted, where)
+            validate_sample_values(case, where)
             break
     return case
 
