@@ -10,6 +10,7 @@ from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
 from pytest_autograd.report import CheckFailure
 from pytest_autograd.sample_values import validate_sample_values
+from pytest_autograd.torch_noise import quiet_torch_machinery
 
 MARKER = "autograd_op"
 
@@ -138,7 +139,7 @@ def run_check(check, context, reseed=False):
     before calling the test body).
     """
     try:
-        with torch.random.fork_rng(devices=cuda_devices(context.device)):
+        with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
             if reseed:
                 torch.manual_seed(context.seed)
             check.run(context)
