@@ -233,9 +233,12 @@ def _validate_sample(sample, index, where):
 
 
 def build_case(mark_kwargs, samples, where="autograd_check"):
+    from pytest_autograd.modules import module_options, with_parameters
     from pytest_autograd.sample_values import validate_sample_values
 
+    mark_kwargs = module_options(mark_kwargs)
     op = mark_kwargs["op"]
+    samples = with_parameters(op, samples)
     arg_names = argument_names(op)
     case = OpCase(
         op=op,

@@ -8,6 +8,7 @@ import torch
 from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
+from pytest_autograd.modules import with_parameters
 from pytest_autograd.report import CheckFailure
 from pytest_autograd.sample_values import validate_sample_values
 from pytest_autograd.torch_noise import quiet_torch_machinery
@@ -118,7 +119,7 @@ def _build_case_once_per_test(item, mark, spec, where):
     case.factory = lambda **overrides: normalise_samples(call_body(item, **overrides), where)
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
         if adjusted is not None:
-            case.samples = normalise_samples(adjusted, where)
+            case.samples = with_parameters(case.op, normalise_samples(adjusted, where))
             validate_sample_values(case, where)
             break
     return case
