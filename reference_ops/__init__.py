@@ -3,6 +3,7 @@
 * :mod:`reference_ops.functions` -- correct classic examples (exported here).
 * :mod:`reference_ops.buggy` -- planted-bug twins, one classic mistake each.
 * :mod:`reference_ops.modules` -- ``nn.Module`` ops (a correct one and its buggy twin).
+* :mod:`reference_ops.complex_ops` -- complex-valued Functions (a correct one and its buggy twin).
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -28,7 +29,7 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "extension", "modules"})
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules"})
 
 __all__ = ["functions", *_functions_all]
 
