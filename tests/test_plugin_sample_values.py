@@ -134,3 +134,37 @@ def test_sin(autograd_check):
     assert [(o.check, o.device, o.status) for o in outcomes] == [("gradcheck", "cpu", "passed")]
 """)
     run_pytest().assert_outcomes(passed=1)
+
+
+def test_an_op_returning_a_sparse_tensor_is_checked_on_its_dense_values(pytester, run_pytest):
+    pytester.makepyfile("""
+import pytest
+import torch
+
+
+class SparseDoubleWrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return (x * 2).to_sparse()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to_dense() * 3
+
+
+@pytest.mark.autograd_op(op=lambda x: (x * 2).to_sparse())
+def test_sparse_double():
+    return [(torch.randn(3, 3),)]
+
+
+@pytest.mark.autograd_op(op=SparseDoubleWrongGrad)
+def test_sparse_double_wrong_grad():
+    return [(torch.randn(3, 3),)]
+""")
+    result = run_pytest("--autograd-checks=gradcheck", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines_random([
+        "*test_sparse_double[[]gradcheck-cpu[]] PASSED*",
+        "gradient of output w.r.t. `x` does not match the numerical derivative",
+    ])
+    assert_no_traceback(result)
