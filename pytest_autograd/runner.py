@@ -116,7 +116,7 @@ def _build_case_once_per_test(item, mark, spec, where):
         problems[key] = item.nodeid
         raise
     case.config = item.config
-    case.factory = lambda **overrides: normalise_samples(call_body(item, **overrides), where)
+    case.factory = lambda **overrides: with_parameters(case.op, normalise_samples(call_body(item, **overrides), where))
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
         if adjusted is not None:
             case.samples = with_parameters(case.op, normalise_samples(adjusted, where))
