@@ -259,10 +259,15 @@ def _validate_sample(sample, index, where):
         )
 
 
-def build_case(mark_kwargs, samples):
+def build_case(mark_kwargs, samples, where="autograd_check"):
+    from pytest_autograd.modules import module_options, with_parameters
+    from pytest_autograd.sample_values import validate_sample_values
+
+    mark_kwargs = module_options(mark_kwargs)
     op = mark_kwargs["op"]
+    samples = with_parameters(op, samples)
     arg_names = argument_names(op)
-    return OpCase(
+    case = OpCase(
         op=op,
         samples=samples,
         reference=mark_kwargs.get("reference"),
@@ -271,6 +276,8 @@ def build_case(mark_kwargs, samples):
         name=op_display_name(op),
         constant_slots=_constant_slots(mark_kwargs.get("constants"), arg_names, samples),
     )
+    validate_sample_values(case, where)
+    return case
 
 
 def _constant_slots(constants, arg_names, samples):

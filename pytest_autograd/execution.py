@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pytest_autograd.complex_views import as_complex, real_dtype, real_output, real_view_leaf
 from pytest_autograd.report import CheckFailure, Report
 
 
@@ -18,14 +19,16 @@ def is_differentiable_dtype(tensor):
 
 
 def floating_tensors(sample):
-    """The sample's floating-point tensor arguments, positional then keyword."""
-    return [value for value in list(sample.args) + list(sample.kwargs.values()) if is_differentiable_dtype(value)]
+    """The sample's differentiable tensor arguments, positional then keyword: floating, and complex ones
+    (each differentiated as a pair of reals, see complex_views)."""
+    return [value for value in list(sample.args) + list(sample.kwargs.values())
+            if is_differentiable_dtype(value) or (isinstance(value, torch.Tensor) and value.is_complex())]
 
 
 def floating_dtype(sample):
-    """The dtype of the sample's first floating tensor (None without one)."""
+    """The real dtype the sample's first differentiable tensor is checked in (None without one)."""
     found = floating_tensors(sample)
-    return found[0].dtype if found else None
+    return real_dtype(found[0].dtype) if found else None
 
 
 def has_floating_input(case):
@@ -46,6 +49,8 @@ class Prepared:
     slots: list  # where each leaf sits: int (positional) or str (keyword)
     leaves: list  # the differentiable inputs, leaf tensors
     names: list  # argument name of each leaf
+    complex_slots: frozenset = frozenset()  # leaves that are real views of complex arguments
+
 
     def call_args(self, leaves=None, clone=True):
         """Arguments for one call, with ``leaves`` (default: own) in their slots."""
@@ -53,6 +58,8 @@ class Prepared:
         args, kwargs = list(self.args), dict(self.kwargs)
         for slot, leaf in zip(self.slots, leaves):
             value = leaf.clone() if clone else leaf
+            if slot in self.complex_slots:
+                value = as_complex(value)
             if isinstance(slot, int):
                 args[slot] = value
             else:
@@ -89,11 +96,20 @@ def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):
     ``only``, a set of slots, limits which floating inputs require grad.
     """
     args, kwargs, slots, leaves, names = [], {}, [], [], []
+    complex_slots = set()
 
     def convert(slot, value):
         if not isinstance(value, torch.Tensor):
             return value
         value = value.detach()
+        if value.is_complex() and requires_grad and (only is None or slot in only) \
+                and slot not in case.constant_slots:
+            value = real_view_leaf(value, device, dtype).requires_grad_(True)
+            complex_slots.add(slot)
+            slots.append(slot)
+            leaves.append(value)
+            names.append(case.arg_name(slot))
+            return value
         if value.is_floating_point():
             value = value.to(device=device, dtype=dtype or value.dtype, copy=True)
             if requires_grad and (only is None or slot in only) and slot not in case.constant_slots:
@@ -120,13 +136,13 @@ def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):
         args.append(convert_or_explain(position, value))
     for key, value in sample.kwargs.items():
         kwargs[key] = convert_or_explain(key, value)
-    return Prepared(args, kwargs, slots, leaves, names)
+    return Prepared(args, kwargs, slots, leaves, names, frozenset(complex_slots))
 
 
 def flatten_outputs(result):
     """The op's tensor outputs, in order, from a tensor or (nested) tuple/list/dict."""
     if isinstance(result, torch.Tensor):
-        return [result]
+        return [_checkable(result)]
     if isinstance(result, dict):
         result = list(result.values())
     if isinstance(result, (tuple, list)):
@@ -135,6 +151,13 @@ def flatten_outputs(result):
             flat.extend(flatten_outputs(item))
         return flat
     return []
+
+
+def _checkable(output):
+    """A sparse output as dense, a complex one as its real view: what every check compares and differentiates."""
+    if output.layout != torch.strided and not output.is_nested:
+        output = output.to_dense()
+    return real_output(output)
 
 
 def output_label(index, count):

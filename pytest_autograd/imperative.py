@@ -44,11 +44,15 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
             "To pass keyword arguments to the op, give samples=Sample(*args, **kwargs)."
         )
     from pytest_autograd.case import Sample
+    from pytest_autograd.marker import validate_tolerances
+
+    validate_tolerances(options, "autograd_check")
 
     raw = samples if samples is not None else Sample(*args)
     case = build_case({"op": op, "reference": reference, **options}, normalise_samples(raw, "autograd_check"))
     outcomes = []
-    for device in devices:
+    devices = [devices] if isinstance(devices, str) or not isinstance(devices, (list, tuple, set)) else devices
+    for device in map(str, devices):
         problem = device_problem(device)
         for name in names:
             check = registry.get(name)

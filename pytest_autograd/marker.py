@@ -56,10 +56,24 @@ def validate_marker(mark, known_options, known_checks, where):
     double_backward = mark.kwargs.get("double_backward", True)
     if not isinstance(double_backward, bool):
         raise UsageProblem(f"{where}: double_backward= must be True or False, got {double_backward!r}.")
+    validate_tolerances(mark.kwargs, where)
+
+
+def validate_tolerances(options, where):
+    """``atol=``/``rtol=`` must be finite and non-negative: NaN or inf would make every comparison pass."""
+    import math
+
     for option in ("atol", "rtol"):
-        value = mark.kwargs.get(option)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+        value = options.get(option)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise UsageProblem(f"{where}: {option}= must be a non-negative number, got {value!r}.")
+        if not math.isfinite(value):
+            raise UsageProblem(
+                f"{where}: {option}={value!r} would make every comparison pass (an error is never greater than "
+                f"it, or never compared at all); give a finite non-negative number, e.g. {option}=1e-4."
+            )
 
 
 POSITIONAL_OP = re.compile(r"^[ \t]*@[\w.]*autograd_op\(\s*([A-Za-z_][\w.]*)\s*[,)]", re.MULTILINE)

@@ -132,9 +132,9 @@ def pytest_generate_tests(metafunc):
 
 def _marker_devices(mark, settings, where):
     devices = mark.kwargs.get("devices") or settings.devices
-    if isinstance(devices, str):
-        return parse_devices(devices, f"{where}: devices=")
-    return parse_devices(",".join(devices), f"{where}: devices=")
+    if not isinstance(devices, (list, tuple, set, frozenset)):
+        devices = [devices]  # one name, or one torch.device
+    return parse_devices(",".join(map(str, devices)), f"{where}: devices=")
 
 
 def _marker_labels(marks):

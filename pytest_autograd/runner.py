@@ -7,10 +7,13 @@ from pytest_autograd import root_cause
 from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
+from pytest_autograd.modules import with_parameters
 from pytest_autograd.report import CheckFailure
 from pytest_autograd.reporting import attach_picture, remember_for_record
 from pytest_autograd.rerun import pytest_command
+from pytest_autograd.sample_values import validate_sample_values
 from pytest_autograd.seeding import item_seed, seeded
+from pytest_autograd.torch_noise import quiet_torch_machinery
 
 MARKER = "autograd_op"
 
@@ -113,12 +116,13 @@ def marker_of(item, spec):
 def _build_case(item, mark, spec, where):
     """The OpCase from the test body, with the samples the hooks adjust for this device."""
     samples = normalise_samples(call_body(item), where)
-    case = build_case(mark.kwargs, samples)
+    case = build_case(mark.kwargs, samples, where)
     case.config = item.config
-    case.factory = lambda **overrides: normalise_samples(call_body(item, **overrides), where)
+    case.factory = lambda **overrides: with_parameters(case.op, normalise_samples(call_body(item, **overrides), where))
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
         if adjusted is not None:
-            case.samples = normalise_samples(adjusted, where)
+            case.samples = with_parameters(case.op, normalise_samples(adjusted, where))
+            validate_sample_values(case, where)
             break
     return case
 
@@ -139,7 +143,7 @@ def run_check(check, context, reseed=False):
     before calling the test body).
     """
     try:
-        with torch.random.fork_rng(devices=cuda_devices(context.device)):
+        with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
             if reseed:
                 torch.manual_seed(context.seed)
             check.run(context)

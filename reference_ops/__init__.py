@@ -6,6 +6,8 @@
   hand-written backward, and its planted-bug twins (needs triton; imported
   only on use).
 * :mod:`reference_ops.state` -- ops with state across calls, correct and buggy.
+* :mod:`reference_ops.modules` -- ``nn.Module`` ops (a correct one and its buggy twin).
+* :mod:`reference_ops.complex_ops` -- complex-valued Functions (a correct one and its buggy twin).
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -31,7 +33,7 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "extension", "state", "triton_ops"})
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules", "state", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

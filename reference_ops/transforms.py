@@ -8,7 +8,8 @@
   :func:`scaled_row_sum_default_dtype_fake` (a custom op whose fake impl
   allocates in the default dtype, which inductor silently trusts);
 * ``torch.library.opcheck``: :data:`scaled_sin` / :data:`scaled_sin_no_fake` /
-  :data:`scaled_sin_mutates_input`;
+  :data:`scaled_sin_mutates_input`; :data:`row_sum` / :data:`row_sum_default_dtype_fake`
+  (a fake impl in the default dtype, seen only in samples of another dtype);
 * precision: :class:`LinearHalfMatmul` (a float32 path that runs its matmul
   in bfloat16) and :class:`NaiveVariance` with :func:`naive_variance_reference`
   (imprecise, but no worse than its reference);
@@ -33,6 +34,8 @@ __all__ = [
     "RowDotVmapAssumesDimZero",
     "StableSoftmax",
     "naive_variance_reference",
+    "row_sum",
+    "row_sum_default_dtype_fake",
     "scaled_row_sum",
     "scaled_row_sum_default_dtype_fake",
     "scaled_sin",
@@ -242,6 +245,12 @@ scaled_sin_no_fake = _define("scaled_sin_no_fake", _scaled_sin,
 scaled_sin_mutates_input = _define("scaled_sin_mutates_input", _scaled_sin_in_place, fake=_scaled_sin_fake,
                                    backward=_scaled_sin_backward, setup_context=_scaled_sin_setup)
 """Bug: scales ``x`` in place although its schema declares no mutated argument."""
+
+row_sum = _row_sum_kernel
+"""``2 * x.sum(-1)`` as a ``torch.library.custom_op`` whose fake impl keeps the input's dtype (``x.new_empty``)."""
+
+row_sum_default_dtype_fake = _row_sum_bad_fake_kernel
+"""Bug: the fake impl allocates with ``torch.empty(shape)``, in the default dtype: right for float32 samples only."""
 
 
 # ---------------------------------------------------------------------------

@@ -65,6 +65,12 @@ def test_a_data_dependent_branch_fails_fullgraph_naming_the_break(pytester):
     ])
 
 
+def test_a_failing_compile_report_holds_no_empty_torch_trace_log_lines(pytester):
+    result = run(pytester, "CubeValidatesInput", AOT_EAGER + ", compile_fullgraph=True")
+    result.assert_outcomes(failed=1)
+    assert "torch.__trace" not in result.stdout.str()
+
+
 def test_without_fullgraph_the_break_is_a_warning_and_the_op_passes(pytester):
     result = run(pytester, "CubeValidatesInput", AOT_EAGER)
     result.assert_outcomes(passed=1)

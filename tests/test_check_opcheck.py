@@ -62,3 +62,65 @@ def test_an_autograd_function_is_skipped_with_the_reason(pytester):
     result = run(pytester, "ElementwiseMul")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*op is not a torch.library operator*"])
+
+
+ROW_SUM = """
+import pytest
+import torch
+from reference_ops.transforms import row_sum, row_sum_default_dtype_fake
+
+
+@pytest.mark.autograd_op(op={op})
+def test_op():
+    return [(torch.randn(3, 4),), (torch.randn(2, 5),)]
+"""
+
+
+def test_a_fake_impl_in_the_default_dtype_fails_on_the_float64_copy_of_float32_samples(pytester):
+    pytester.makepyfile(test_ops=ROW_SUM.format(op="row_sum_default_dtype_fake"))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=opcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*opcheck failed for pytest_autograd_ref::row_sum_default_dtype_fake: fake tensor",
+        "*check opcheck, device cpu, dtype float64, sample 0",
+        "*Dtypes torch.float64 and torch.float32 are not equal*",
+        "*opcheck ran in: float32, float64 (the last one failed)",
+        "*hint: the fake impl's output differs from the kernel's*",
+    ])
+
+
+def test_a_fake_impl_keeping_the_input_dtype_passes_in_every_dtype(pytester):
+    pytester.makepyfile(test_ops=ROW_SUM.format(op="row_sum"))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=opcheck")
+    result.assert_outcomes(passed=1)
+
+
+def test_dtypes_the_kernel_refuses_are_left_out_not_failed():
+    from pytest_autograd.checks.opcheck import other_dtype_copies
+
+    @torch.library.custom_op("pytest_autograd_test::float_only_double", mutates_args=())
+    def float_only_double(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype not in (torch.float32, torch.float64):
+            raise NotImplementedError(f"double not implemented for {x.dtype}")
+        return x * 2
+
+    float_only_double.register_fake(lambda x: torch.empty_like(x))
+    float_only_double.register_autograd(lambda ctx, grad: grad * 2)
+    assert [dtype for dtype, _ in other_dtype_copies(__import__("pytest_autograd").Sample(torch.randn(2)))] == [
+        torch.float64, torch.float16, torch.bfloat16]
+    outcomes = run_checks(float_only_double, torch.randn(3), checks="opcheck")
+    assert [o.status for o in outcomes] == ["passed"], outcomes
+
+
+@pytest.mark.parametrize("packet", ["torch.ops.aten.sin", "torch.ops.aten.add"])
+def test_an_overload_packet_with_several_overloads_is_resolved_from_the_samples(pytester, packet):
+    pytester.makepyfile(test_ops=f"""
+import pytest
+import torch
+
+@pytest.mark.autograd_op(op={packet}, checks=["opcheck"])
+def test_op():
+    return [(torch.randn(3), torch.randn(3))] if "add" in "{packet}" else [(torch.randn(3),)]
+""")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=1)

@@ -22,6 +22,7 @@ import torch
 from pytest_autograd.checks._hygiene import call_with, tensor_arguments
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import compare_tensors
+from pytest_autograd.complex_views import as_complex
 from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
 
 HINT = ("the kernel reads memory as if the tensor were contiguous: call .contiguous() on inputs (and on "
@@ -191,6 +192,8 @@ def _arguments(plan, laid_slots):
             value = laid() if slot in laid_slots else plain()
         else:
             value = value.clone()
+        if slot in prepared.complex_slots:  # a complex argument's real view: the layout is the view's
+            value = as_complex(value)
         if isinstance(slot, int):
             args[slot] = value
         else:

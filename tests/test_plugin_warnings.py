@@ -1,0 +1,46 @@
+"""Under -W error, warnings from torch's own machinery inside a check never fail an op; the user's own still do.
+
+These run pytest in a subprocess: torch raises some of its internal
+warnings only on the first import of a module (forward-mode AD's
+decompositions, inductor), which this test process has long done.
+"""
+
+OPS = """
+import warnings
+
+import pytest
+import torch
+from reference_ops.transforms import MulWithJvp, scaled_sin
+
+
+@pytest.mark.autograd_op(op=MulWithJvp, checks=["forward_ad", "gradcheck"])
+def test_mul_with_jvp():
+    return [(torch.randn(3), torch.randn(3))]
+
+
+@pytest.mark.autograd_op(op=scaled_sin, checks=["opcheck"])
+def test_scaled_sin():
+    return [(torch.randn(3), 2.0)]
+
+
+def deprecated_double(x):
+    warnings.warn("deprecated_double is deprecated, use 2 * x", DeprecationWarning)
+    return 2 * x
+
+
+@pytest.mark.autograd_op(op=deprecated_double, checks=["gradcheck"])
+def test_users_own_warning():
+    return [(torch.randn(3),)]
+"""
+
+
+def test_torch_internal_warnings_inside_checks_do_not_fail_correct_ops_under_W_error(pytester):
+    pytester.makepyfile(test_ops=OPS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", "-v")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines_random([
+        "*test_mul_with_jvp[[]forward_ad-cpu[]] PASSED*",
+        "*test_scaled_sin[[]opcheck-cpu[]] PASSED*",
+        "*the op's forward raised DeprecationWarning: deprecated_double is deprecated, use 2 * x",
+    ])
+    assert "torch/jit" not in result.stdout.str()
