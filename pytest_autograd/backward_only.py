@@ -38,8 +38,30 @@ def grads_by_backward(outputs, leaves, cotangents, create_graph=False, retain_gr
             leaf.grad = grad
 
 
+def _holds_reentrant_checkpoint(outputs, limit=10_000):
+    """True when the graph behind ``outputs`` holds a reentrant checkpoint node.
+
+    Found before differentiating: a refused ``torch.autograd.grad`` has
+    already run (and freed) the nodes after the checkpoint, so falling back
+    only after the refusal would fail on an op that mutates an output in place.
+    """
+    stack = [getattr(output, "grad_fn", None) for output in outputs]
+    seen = set()
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if "CheckpointFunction" in node.name():
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
+
+
 def autograd_grad(outputs, inputs, grad_outputs, allow_unused=True, create_graph=False, retain_graph=None):
     """``torch.autograd.grad``, falling back to ``.backward()`` for an op that refuses it."""
+    if _holds_reentrant_checkpoint(outputs):
+        return tuple(grads_by_backward(list(outputs), list(inputs), list(grad_outputs), create_graph, retain_graph))
     try:
         return torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=allow_unused,
                                    create_graph=create_graph, retain_graph=retain_graph)

@@ -204,24 +204,13 @@ def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None)
     pairs = [(o, c) for o, c in zip(outputs, cotangents) if c is not None and o.requires_grad]
     if not pairs:
         return [torch.zeros_like(leaf) for leaf in leaves]
-    try:
-        grads = torch.autograd.grad(
-            [o for o, _ in pairs],
-            leaves,
-            [c for _, c in pairs],
-            allow_unused=True,
-            create_graph=create_graph,
-            retain_graph=retain_graph,
-        )
-    except Exception as error:
-        from pytest_autograd.backward_only import grads_by_backward, only_backward_works
+    from pytest_autograd.backward_only import autograd_grad
 
-        if not only_backward_works(error):
-            raise OpRaised("backward", error) from error
-        try:
-            grads = grads_by_backward([o for o, _ in pairs], leaves, [c for _, c in pairs], create_graph, retain_graph)
-        except Exception as again:
-            raise OpRaised("backward", again) from again
+    try:
+        grads = autograd_grad([o for o, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True,
+                              create_graph=create_graph, retain_graph=retain_graph)
+    except Exception as error:
+        raise OpRaised("backward", error) from error
     return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
 
 
