@@ -189,6 +189,6 @@ def test_a_solver_that_never_returns_at_a_huge_magnitude_is_stopped_and_noted(py
     result = run_edges(pytester, "euler_decay", "euler_decay", ", reference=euler_decay_reference", "-rP")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "extreme: stopped after 2 s (the op is far slower there than on the sample as given, e.g. a solver that "
+        "extreme: stopped after 2 s (the op is far slower there than at smaller magnitudes, e.g. a solver that "
         "does not converge) at max |x| = 2.14748e+09",
     ])

@@ -44,7 +44,7 @@ def test_an_op_that_loops_forever_fails_naming_its_frame_and_the_session_goes_on
     result.stdout.fnmatch_lines([
         "the item ran past its time budget of 0.5 s and was stopped",
         "*check gradcheck, device cpu, sample 0",
-        "*stopped in your code at *test_ops.py:* in spins_forever",
+        "*stopped in the op's code at *test_ops.py:* in spins_forever",
         "*the check was at *gradcheck.py:* in run",
         "*stack at the limit (innermost last):",
         "*hint: the op may not terminate on these samples*--autograd-timeout=SECONDS (ini autograd_timeout; "
@@ -57,7 +57,7 @@ def test_an_op_sleeping_in_short_calls_is_stopped_between_them(pytester, run_pyt
     pytester.makepyfile(test_ops=OPS.format(op="sleeps_forever"))
     result = run_pytest("--autograd-timeout=0.5")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*stopped in your code at *test_ops.py:* in sleeps_forever"])
+    result.stdout.fnmatch_lines(["*stopped in the op's code at *test_ops.py:* in sleeps_forever"])
 
 
 def test_the_ini_twin_sets_the_budget(pytester, run_pytest):

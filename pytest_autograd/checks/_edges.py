@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.checks._transforms import ReferenceRaised, forward_and_backward, paired_tensors
+from pytest_autograd.checks._transforms import (
+    ReferenceRaised,
+    forward_and_backward,
+    paired_tensors,
+    unsupported_dtype,
+)
 from pytest_autograd.compare import dtype_label, fmt, fmt_index
 from pytest_autograd.execution import OpRaised
 
@@ -74,12 +79,13 @@ def differentiated_slots(case, sample):
 class Judge:
     """Runs and compares at one magnitude of one sample in one dtype."""
 
-    def __init__(self, context, sample, dtype, slots, cotangents):
+    def __init__(self, context, sample, dtype, slots, cotangents=None):
         self.context, self.sample, self.dtype, self.slots = context, sample, dtype, slots
         self.cotangents = cotangents
         self.reference = context.case.reference
         self.truth_label = "the reference in float64" if self.reference is not None else "the op in float64"
         self.unscaled_runs = False
+        self.cotangent_size = None
 
     def at(self, where, magnitude, values=True):
         """None when the op is right at ``magnitude``; an Outside when it cannot be judged there; else fail.
@@ -89,21 +95,23 @@ class Judge:
         scaled = scale_sample(self.sample, self.dtype, self.slots, magnitude)
         self.where, self.magnitude = where, magnitude
         try:
-            got, _ = forward_and_backward(self.context, scaled, self.dtype, self.cotangents)
+            got, drawn = forward_and_backward(self.context, scaled, self.dtype, self.cotangents)
         except OpRaised as raised:
-            if isinstance(raised, ReferenceRaised):
+            if isinstance(raised, ReferenceRaised) or unsupported_dtype(raised):
                 raise
             outside = self._truth_or_outside(scaled)
             if isinstance(outside, Outside):
                 return Outside(f"{outside.reason}, and the op raises too")
             self.context.fail_raised(raised, situation=f"for inputs scaled to max |x| = {fmt(magnitude)}, where "
                                      f"{self.truth_label} runs", details=[self._scaled_line()])
+        self.cotangents = self.cotangents or drawn  # drawn at the first magnitude, the same for all
         truth = self._truth_or_outside(scaled)
         if isinstance(truth, Outside):
             return truth
-        pairs = paired_tensors(truth, got)
-        if pairs and not any(bool(p.expected.isfinite().any()) for p in pairs):
-            return Outside(f"{self.truth_label} is inf/NaN at every element")
+        pairs = [_Compared(pair, self.dtype) for pair in paired_tensors(truth, got)]
+        if pairs and not any(bool(p.representable.any()) for p in pairs):
+            return Outside(f"{self.truth_label} is inf/NaN, or beyond {dtype_label(self.dtype)}'s range, at every "
+                           "element")
         self._check_finite(scaled, pairs)
         if values:
             self._check_values(scaled, truth, pairs)
@@ -134,19 +142,17 @@ class Judge:
     # -- finiteness ------------------------------------------------------------------------------------------
 
     def _check_finite(self, scaled, pairs):
-        fits = torch.finfo(self.dtype).max
         same_dtype_reference = None
         overflowed_output = False
-        for pair in pairs:
-            e, g = _as64(pair.expected), _as64(pair.got)
-            representable = e.isfinite() & (e.abs() <= fits)
+        for compared in pairs:
+            pair, e, g = compared.pair, compared.expected, compared.got
             if "output" in pair.fields:
-                overflowed_output |= bool((~representable & ~g.isfinite()).any())
+                overflowed_output |= not bool((compared.representable | compared.got_finite).all())
             elif overflowed_output:
                 # An output the dtype cannot hold is inf; gradients computed from it (exp's saved output)
                 # cannot be demanded finite.
                 continue
-            bad = representable & ~g.isfinite()
+            bad = compared.representable & ~compared.got_finite
             if bool(bad.any()) and self.reference is not None:
                 # Overflow the reference in the same dtype shares is no worse than the reference.
                 if same_dtype_reference is None:
@@ -181,7 +187,7 @@ class Judge:
     def _check_values(self, scaled, truth, pairs):
         tol = tolerance(self.dtype)
         self.scales = self._natural_scales(truth)
-        errors = [(pair, self._error(pair, pair.expected, pair.got)) for pair in pairs]
+        errors = [(c.pair, c.error(self.scales.get(c.pair.label, 0.0))) for c in pairs]
         suspects = [(pair, error) for pair, error in errors if error.value > tol]
         if not suspects:
             return
@@ -235,13 +241,16 @@ class Judge:
         (the float32 1 - y*y of a y that rounds to 1) is harmless, while a
         shortcut to 0 where the derivative is ~1 is not.
         """
-        outputs = [_as64(o) for o in truth.outputs if o.is_floating_point()]
         fits = torch.finfo(self.dtype).max
-        output_size = max((float(torch.where(o.isfinite() & (o.abs() <= fits), o.abs(), torch.zeros_like(o)).max())
-                           for o in outputs if o.numel()), default=0.0)
-        cotangent_size = max((float(c.abs().max()) for c in self.cotangents if c is not None and c.numel()),
-                             default=0.0)
-        gradient_size = cotangent_size * output_size / self.magnitude
+        output_size = 0.0
+        for output in truth.outputs:
+            if output.is_floating_point() and output.numel():
+                size = output.detach().abs()
+                output_size = max(output_size, float(size.masked_fill_(~(size <= fits), 0.0).max()))
+        if self.cotangent_size is None:
+            self.cotangent_size = max((float(c.abs().max()) for c in self.cotangents if c is not None and c.numel()),
+                                      default=0.0)
+        gradient_size = self.cotangent_size * output_size / self.magnitude
         return {f"grad {name}": gradient_size for name in truth.names}
 
     def _error(self, pair_or_label, expected, got, rounded=True):
@@ -282,6 +291,23 @@ class Judge:
                               kwargs={k: nudge(k, v) for k, v in scaled.kwargs.items()})
 
 
+class _Compared:
+    """One output or gradient of the op against the truth, as float64, with the masks both checks need."""
+
+    def __init__(self, pair, dtype):
+        self.pair, self.dtype = pair, dtype
+        self.expected, self.got = _as64(pair.expected), _as64(pair.got)
+        # finite and within the dtype's range (NaN and inf compare False)
+        self.representable = self.expected.abs() <= torch.finfo(dtype).max
+        self.got_finite = self.got.isfinite()
+
+    def error(self, natural_scale):
+        if self.expected.shape != self.got.shape:
+            return Error(0.0)
+        return _error(self.expected, self.got, self.dtype, True, natural_scale,
+                      left_out=~(self.representable & self.got_finite))
+
+
 @dataclass
 class Error:
     value: float
@@ -294,7 +320,7 @@ def _as64(tensor):
     return tensor.detach().to("cpu", torch.float64)
 
 
-def _error(expected, got, dtype, rounded=True, natural_scale=0.0):
+def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None):
     """Normwise error over the elements the dtype can hold: finite in both, within its range.
 
     max |got - expected| / max(max |expected|, ``natural_scale``). Differences
@@ -302,21 +328,30 @@ def _error(expected, got, dtype, rounded=True, natural_scale=0.0):
     (what underflows in the dtype cannot be told apart from 0).
     """
     e, g = _as64(expected), _as64(got)
-    info = torch.finfo(dtype)
-    judged = e.isfinite() & g.isfinite() & (e.abs() <= info.max)
-    if e.shape != g.shape or not bool(judged.any()):
+    if e.shape != g.shape or not e.numel():
         return Error(0.0)
-    diff = torch.where(judged, (g - e).abs(), torch.zeros_like(e))
+    info = torch.finfo(dtype)
+    if left_out is None:
+        left_out = ~((e.abs() <= info.max) & g.isfinite())
+    diff = (g - e).abs().masked_fill_(left_out, 0.0)
     if rounded:
-        diff = (diff - info.tiny).clamp_min(0)
-    scale = max(float(torch.where(judged, e.abs(), torch.zeros_like(e)).max()), natural_scale)
-    flat = int(torch.argmax(diff))
-    worst = float(diff.reshape(-1)[flat])
+        diff = diff.sub_(info.tiny).clamp_(min=0.0)
+    worst, flat = diff.reshape(-1).max(0)
+    worst, flat = float(worst), int(flat)
     if worst == 0.0:
         return Error(0.0)
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), e.shape))
+    scale = max(float(e.abs().masked_fill_(left_out, 0.0).max()), natural_scale)
     value = worst / scale if scale > 0 else math.inf
+    index = _unravel(flat, e.shape)
     return Error(value, index, float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
+
+
+def _unravel(flat, shape):
+    index = []
+    for size in reversed(shape):
+        flat, position = divmod(flat, size)
+        index.append(position)
+    return tuple(reversed(index))
 
 
 def _short(error):

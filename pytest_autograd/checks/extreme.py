@@ -22,12 +22,7 @@ import torch
 
 from pytest_autograd.budget import call_with_limit, item_seconds
 from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots, scale_sample
-from pytest_autograd.checks._transforms import (
-    ReferenceRaised,
-    check_dtypes,
-    forward_and_backward,
-    unsupported_dtype,
-)
+from pytest_autograd.checks._transforms import ReferenceRaised, check_dtypes, unsupported_dtype
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import dtype_label, fmt
 from pytest_autograd.execution import OpRaised
@@ -38,7 +33,7 @@ MODERATE = {
     "moderate: tanh and sigmoid saturate": 20.0,
 }
 MAGNITUDE_SECONDS = 2.0  # each magnitude may take at least this long ...
-MAGNITUDE_SLOWDOWN = 50.0  # ... or this many times the op's time on the sample as given
+MAGNITUDE_SLOWDOWN = 50.0  # ... or this many times the first (smallest) magnitude took
 
 
 def magnitudes(dtype):
@@ -89,49 +84,39 @@ class Extreme(Check):
             context.note(f"extreme: {line}")
 
 
-def _timed_run(context, sample, dtype):
-    """(cotangents, seconds) of the op's forward and backward on ``sample`` as given.
-
-    A slow first run (imports, warm-up) is timed again, so that it does not
-    set a needlessly long limit for the magnitudes.
-    """
-    seconds, cotangents = math.inf, None
-    for _ in range(2):
-        start = time.perf_counter()
-        _, drawn = forward_and_backward(context, sample, dtype, cotangents)
-        cotangents = cotangents or drawn
-        seconds = min(seconds, time.perf_counter() - start)
-        if MAGNITUDE_SLOWDOWN * seconds <= MAGNITUDE_SECONDS:
-            break
-    return cotangents, seconds
-
-
 def _check_dtype(context, dtype, notes):
-    """Judge every sample at every magnitude in ``dtype``; return how many (sample, magnitude) were judged."""
+    """Judge every sample at every magnitude in ``dtype``; return how many (sample, magnitude) were judged.
+
+    Each magnitude may take ``MAGNITUDE_SLOWDOWN`` times as long as the first
+    (smallest) one took, at least ``MAGNITUDE_SECONDS``; a magnitude past that
+    is stopped, and the larger ones are not run.
+    """
     judged, stopped_at = 0, math.inf
     seconds_left = item_seconds(context.case.config)
+    cap = max(MAGNITUDE_SECONDS, seconds_left / (len(magnitudes(dtype)) + 1)) if seconds_left else None
     for index, sample in context.samples():
         slots = differentiated_slots(context.case, sample)
         if not slots:
             continue
-        own = scale_sample(sample, dtype, slots)
-        cotangents, seconds = _timed_run(context, own, dtype)
-        limit = max(MAGNITUDE_SECONDS, MAGNITUDE_SLOWDOWN * seconds)
-        if seconds_left:
-            limit = min(limit, max(MAGNITUDE_SECONDS, seconds_left / (len(magnitudes(dtype)) + 1)))
-        judge = Judge(context, own, dtype, slots, cotangents)
+        judge = Judge(context, scale_sample(sample, dtype, slots), dtype, slots)
+        limit = cap
         for where, magnitude in magnitudes(dtype):
             label = fmt(magnitude)
             if magnitude >= stopped_at:
                 notes.setdefault("not run (a smaller magnitude was stopped for time)", []).append(label)
                 continue
+            start = time.perf_counter()
             # At tiny magnitudes products of inputs underflow by design: only finiteness is judged there.
             finished = call_with_limit(limit, lambda: judge.at(where, magnitude, values=where != TINY))
             if finished.expired is not None:
                 stopped_at = magnitude
-                notes.setdefault(f"stopped after {fmt(limit)} s (the op is far slower there than on the sample "
-                                 "as given, e.g. a solver that does not converge)", []).append(label)
-            elif isinstance(finished.value, Outside):
+                notes.setdefault(f"stopped after {fmt(limit)} s (the op is far slower there than at smaller "
+                                 "magnitudes, e.g. a solver that does not converge)", []).append(label)
+                continue
+            if limit is cap:
+                limit = max(MAGNITUDE_SECONDS, MAGNITUDE_SLOWDOWN * (time.perf_counter() - start))
+                limit = min(limit, cap) if cap else limit
+            if isinstance(finished.value, Outside):
                 notes.setdefault(f"outside the op's domain ({finished.value.reason})", []).append(label)
             else:
                 judged += 1
