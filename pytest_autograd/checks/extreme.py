@@ -11,7 +11,7 @@ outputs and gradients in the dtype are judged against the reference in
 float64 (without one: the op in float64) on the same rounded inputs; see
 ``_edges``. Magnitudes where that truth raises or is inf/NaN everywhere are
 outside the op's domain and skipped with a note; a magnitude that runs far
-longer than the sample's own scale is stopped, and the larger ones with it.
+longer than the smallest one is stopped, and the larger ones with it.
 """
 
 import math
