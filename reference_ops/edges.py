@@ -294,7 +294,7 @@ def row_samples(generator):
 
 
 def decay_samples(generator):
-    return [(_randn(generator, 4), _rand(generator, 4) + 0.5)]
+    return [(_randn(generator, 4), _rand(generator, 4) + 0.5, 0.25)]
 
 
 class EdgeOp(NamedTuple):
