@@ -18,7 +18,7 @@ class Outcome:
 
 
 def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0, registry=None, samples=None,
-               **options):
+               config=None, **options):
     """Run checks on ``op(*args)`` (or on ``samples``); return Outcomes, never raise on a failed check."""
     if registry is None:
         from pytest_autograd.builtin import pytest_autograd_register_checks
@@ -50,6 +50,7 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
 
     raw = samples if samples is not None else Sample(*args)
     case = build_case({"op": op, "reference": reference, **options}, normalise_samples(raw, "autograd_check"))
+    case.config = config  # the session's options (time budget); None outside pytest
     outcomes = []
     devices = [devices] if isinstance(devices, str) or not isinstance(devices, (list, tuple, set)) else devices
     for device in map(str, devices):
@@ -67,13 +68,14 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
                 outcomes.append(Outcome(name, device, "skipped", reason))
                 continue
             check_seed = item_seed(seed, f"{name}-{device}")
+            context = CheckContext(name, case, device, check_seed)
             try:
-                failure = run_check(check, CheckContext(name, case, device, check_seed), reseed=True)
+                failure = run_check(check, context, reseed=True)
             except pytest.skip.Exception as skipped:
                 outcomes.append(Outcome(name, device, "skipped", str(skipped.msg)))
                 continue
             if failure is None:
-                outcomes.append(Outcome(name, device, "passed"))
+                outcomes.append(Outcome(name, device, "passed", "; ".join(context.notes)))
             else:
                 outcomes.append(Outcome(name, device, "failed", failure.report.render()))
     return outcomes
@@ -96,7 +98,8 @@ def fixture_runner(request):
         try:
             outcomes = run_checks(op, *args, reference=reference, checks=checks or settings.checks,
                                   devices=devices or settings.devices, samples=samples,
-                                  seed=item_seed(settings.seed, request.node.nodeid), registry=registry, **options)
+                                  seed=item_seed(settings.seed, request.node.nodeid), registry=registry,
+                                  config=request.config, **options)
         except UsageProblem as raised:
             problem = str(raised)
         if problem is not None:

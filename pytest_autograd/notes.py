@@ -1,9 +1,11 @@
 """Notes: what a user should know about an item that is not a bug.
 
 A changed strategy (an op judged in float32 because it refuses float64), a
-reference less precise than the op, a declared surrogate gradient. A note
-never fails an item: it is a warning of its own class, listed in pytest's
-warnings summary and in the item's JSON record. A note is never turned into
+reference less precise than the op, input magnitudes outside the op's
+domain. A note never fails an item: it is a warning of its own class,
+listed in pytest's warnings summary, in the item's report section (shown
+by ``pytest -rP``, written to JUnit XML as properties) and in its JSON
+record. A note is never turned into
 an error, not even by ``-W error`` or ``filterwarnings = error``: a correct
 op must pass in every setup.
 """
@@ -29,3 +31,14 @@ def take():
     taken = list(dict.fromkeys(_pending))
     _pending.clear()
     return taken
+
+
+SECTION = "autograd notes"
+
+
+def record_notes(item, notes):
+    """Show a passing item's notes in its report section and its JUnit XML properties."""
+    if not notes:
+        return
+    item.add_report_section("call", SECTION, "\n".join(notes))
+    item.user_properties.extend(("autograd_note", text) for text in notes)

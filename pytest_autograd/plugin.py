@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_autograd import builtin, hookspecs, triton_interpreter, xfail
+from pytest_autograd import budget, builtin, hookspecs, triton_interpreter, xfail
 from pytest_autograd.case import CORE_OPTIONS, UsageProblem, op_display_name
 from pytest_autograd.check_scope import refuse_checks_out_of_scope
 from pytest_autograd.marker import (
@@ -50,6 +50,7 @@ def pytest_addhooks(pluginmanager):
 
 def pytest_addoption(parser):
     add_options(parser)
+    budget.add_option(parser)
 
 
 def pytest_configure(config):
@@ -59,6 +60,7 @@ def pytest_configure(config):
         "atol=None, rtol=None, constants=None, xfail=None): run pytest-autograd's checks on op; the test body returns the samples.",
     )
     settings = Settings.from_config(config)
+    budget.configure(config)
     registry = CheckRegistry()
     config.stash[SETTINGS] = settings
     config.stash[REGISTRY] = registry

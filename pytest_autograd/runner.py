@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from pytest_autograd import root_cause
+from pytest_autograd.budget import call_with_limit, item_seconds, time_budget_failure
 from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.execution import OpRaised, op_failure
 from pytest_autograd.modules import with_parameters
+from pytest_autograd.notes import record_notes
 from pytest_autograd.report import CheckFailure
 from pytest_autograd.reporting import attach_picture, remember_for_record
 from pytest_autograd.rerun import pytest_command
@@ -89,7 +91,9 @@ def _run_seeded(item, spec, settings, check, seed):
         if reason:
             skip_here(reason)
         remember_for_record(item, seed, rerun_command(item, settings.seed, spec, check))
-        failure = run_check(check, CheckContext(check.name, case, spec.device, seed))
+        context = CheckContext(check.name, case, spec.device, seed)
+        failure = run_check(check, context)
+        record_notes(item, context.notes)
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
@@ -128,17 +132,20 @@ def _build_case(item, mark, spec, where):
 
 
 def execute(check, case, device, seed, rerun=None, nodeid=None):
-    """Run ``check``; turn failures into a rendered pytest failure."""
-    failure = run_check(check, CheckContext(check.name, case, device, seed))
+    """Run ``check``; turn failures into a rendered pytest failure; return the check's notes."""
+    context = CheckContext(check.name, case, device, seed)
+    failure = run_check(check, context)
     if failure is not None:
         attach_picture(failure.report, case.config, nodeid)
         _fail(failure, rerun, nodeid, seed)
+    return context.notes
 
 
 def run_check(check, context, reseed=False):
     """Run ``check`` without disturbing the caller's RNG state; return its CheckFailure or None.
 
-    An op that raised becomes a failure naming the user's frame. ``reseed``
+    An op that raised becomes a failure naming the user's frame; an item past
+    its time budget (``budget``), one naming where it was. ``reseed``
     seeds torch with the context's seed first (the marker path seeded it
     before calling the test body).
     """
@@ -146,7 +153,9 @@ def run_check(check, context, reseed=False):
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
             if reseed:
                 torch.manual_seed(context.seed)
-            check.run(context)
+            expired = call_with_limit(item_seconds(context.case.config), lambda: check.run(context)).expired
+        if expired is not None:
+            return time_budget_failure(check.name, expired, context.device, context.sample_index)
     except CheckFailure as raised:
         return raised
     except OpRaised as raised:

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 import pytest_autograd.checks.extreme  # noqa: F401
@@ -34,10 +35,10 @@ def test_a_naive_softmax_overflows_in_float32_and_fails(pytester):
     result = run(pytester, "NaiveSoftmax", ", reference=softmax_reference")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*output is NaN in float32 for inputs scaled to max |x| = 177.446, where the reference in float32 is finite",
+        "*output is NaN in float32 for inputs scaled to max |x| = 177.446, where the reference in float64 is finite",
         "*check extreme, device cpu, dtype float32, sample 0",
-        "*worst element: output[[]*]: the reference in float32 gives *, the op nan",
-        "*elements are inf/NaN where the reference in float32 is finite",
+        "*worst element: output[[]*]: the reference in float64 gives *, the op nan",
+        "*elements are inf/NaN where the reference in float64 is finite",
         "*magnitude large: exp overflows*",
         "*hint: an intermediate overflows float32*subtract the max before exp*",
     ])
@@ -85,4 +86,110 @@ def test_a_reference_that_raises_is_blamed_instead_of_the_op(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "reference=lambda at test_ops.py:* raised TypeError in its forward: *missing 1 required positional argument: 'scale'",
+    ])
+
+
+EDGES = """
+import pytest
+import torch
+from reference_ops.edges import *
+from reference_ops.edges import EDGE_OPS, row_softplus_reference
+
+
+def narrow(x):
+    if not bool(((x.abs() >= 0.05) & (x.abs() <= 3)).all()):
+        raise ValueError("defined for 0.05 <= |x| <= 3 only")
+    return x * 2
+
+
+@pytest.mark.autograd_op(op={op}{marker})
+def test_op():
+    generator = torch.Generator().manual_seed(0)
+    return EDGE_OPS[{samples!r}].samples(generator)
+"""
+
+
+def run_edges(pytester, op, samples, marker="", *args):
+    pytester.makepyfile(test_ops=EDGES.format(op=op, marker=marker, samples=samples))
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                        "--autograd-checks=extreme", "-rs", *args)
+
+
+def test_a_backward_that_shortcuts_to_zero_past_4_fails_at_a_moderate_magnitude(pytester):
+    result = run_edges(pytester, "SoftplusShortcut", "softplus", ", reference=torch.nn.functional.softplus")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` in float32 is off from the reference in float64 by * for inputs scaled to max |x| = 6, "
+        "more than its error budget *",
+        "*argument: x",
+        "*worst element: grad x[[]*]: the reference in float64 gives *, the op 0",
+        "*error * (max abs error / max |float64 value|, *) > budget *: the float32 tolerance sqrt(eps) = *",
+        "*magnitude moderate: saturating tails begin*",
+        "*hint: backward is wrong at large |x| although it stays finite: a shortcut that returns 0*",
+    ])
+
+
+def test_the_correct_softplus_passes_at_every_magnitude_in_every_dtype(pytester):
+    marker = ", reference=torch.nn.functional.softplus, dtypes=['float32', 'float16', 'bfloat16']"
+    run_edges(pytester, "Softplus", "softplus", marker).assert_outcomes(passed=1)
+
+
+def test_constant_row_indices_stored_as_floats_are_never_rescaled(pytester):
+    marker = ", reference=row_softplus_reference, constants=('rows',)"
+    run_edges(pytester, "RowSoftplus", "row_softplus", marker).assert_outcomes(passed=1)
+
+
+def test_the_shortcut_is_still_caught_beside_constant_row_indices(pytester):
+    marker = ", reference=row_softplus_reference, constants=('rows',)"
+    result = run_edges(pytester, "RowSoftplusShortcut", "row_softplus", marker)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["gradient w.r.t. `x` in float32 is off from the reference in float64 by *"])
+
+
+def test_only_differentiated_arguments_are_scaled():
+    from pytest_autograd.case import Sample
+    from pytest_autograd.checks._edges import scale_sample
+
+    x, rows, index = torch.randn(3, 4), torch.tensor([2.0, 0.0]), torch.tensor([1, 0])
+    scaled = scale_sample(Sample(x, rows, index), torch.float32, slots={0}, magnitude=1e9)
+    assert float(scaled.args[0].abs().max()) == pytest.approx(1e9)
+    assert torch.equal(scaled.args[1], rows) and torch.equal(scaled.args[2], index)
+
+
+def test_magnitudes_where_the_reference_raises_are_outside_the_domain_and_noted(pytester):
+    result = run_edges(pytester, "TabulatedTanh", "tabulated_tanh", ", reference=tabulated_tanh_reference", "-rP")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*autograd notes*",
+        "extreme: outside the op's domain (the reference in float64 raises ValueError (the table covers |x| <= 100 "
+        "only), and the op raises too) at max |x| = 177.446, 2.14748e+09",
+    ])
+
+
+def test_an_op_that_raises_where_the_reference_runs_is_still_blamed(pytester):
+    result = run_edges(pytester, "TabulatedTanh", "tabulated_tanh", ", reference=torch.tanh")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "the op's forward raised ValueError for inputs scaled to max |x| = 177.446, where the reference in float64 "
+        "runs: the table covers |x| <= 100 only",
+    ])
+
+
+def test_when_no_magnitude_is_in_the_domain_the_item_is_skipped_with_the_reason(pytester):
+    result = run_edges(pytester, "narrow", "tanh")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "*no magnitude could be judged: outside the op's domain (the op in float64 raises ValueError (defined for "
+        "0.05 <= |x| <= 3 only), and the op raises too) at max |x| = *",
+    ])
+
+
+def test_a_solver_that_never_returns_at_a_huge_magnitude_is_stopped_and_noted(pytester):
+    # euler_decay takes t / step steps: at a time span of 2e9 it would run for hours
+    result = run_edges(pytester, "euler_decay", "euler_decay", ", reference=euler_decay_reference", "-rP")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        # 2e9 / 0.25 steps; on a busy machine the stop may come one magnitude earlier (177 / 0.25 steps)
+        "extreme: stopped after 2 s (the op is far slower there than at smaller magnitudes, e.g. a solver that "
+        "does not converge) at max |x| = *",
     ])

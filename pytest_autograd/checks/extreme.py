@@ -1,38 +1,48 @@
-"""extreme: no inf or NaN at large and tiny input magnitudes where the answer is finite.
+"""extreme: right answers, not only finite ones, at moderate, large and tiny input magnitudes.
 
 Random samples of unit size never reach the range where a naive softmax's
-``exp`` overflows or a norm's squares underflow. Every floating input is
-scaled to a few magnitudes per dtype: just past where ``exp`` overflows,
-``max ** 0.25 / 2`` (products of up to four inputs stay in range) and a
-value whose square underflows to zero. Wherever the reference in the same dtype
-(without one: the op in float64, if the value fits the dtype) is finite, the
-op's outputs and gradients must be finite too.
+``exp`` overflows, a norm's squares underflow, or a saturating op's backward
+takes a shortcut. Every differentiated input (never a ``constants=``
+argument, never an integer tensor) is scaled to a few magnitudes per dtype:
+6 and 20 (where tanh/sigmoid/softplus-like ops switch to their tails), just
+past where ``exp`` overflows, ``max ** 0.25 / 2`` (products of up to four
+inputs stay in range) and a value whose square underflows to zero. The op's
+outputs and gradients in the dtype are judged against the reference in
+float64 (without one: the op in float64) on the same rounded inputs; see
+``_edges``. Magnitudes where that truth raises or is inf/NaN everywhere are
+outside the op's domain and skipped with a note; a magnitude that runs far
+longer than the smallest one is stopped, and the larger ones with it.
 """
 
 import math
+import time
 
 import pytest
 import torch
 
+from pytest_autograd.budget import call_with_limit, item_seconds
+from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots, scale_sample
 from pytest_autograd.checks._float64_support import float64_plan
-from pytest_autograd.checks._transforms import (
-    ReferenceRaised,
-    cast_sample,
-    check_dtypes,
-    forward_and_backward,
-    paired_tensors,
-    unsupported_dtype,
-)
+from pytest_autograd.checks._transforms import ReferenceRaised, check_dtypes, unsupported_dtype
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import dtype_label, fmt, fmt_index
-from pytest_autograd.execution import OpRaised, has_floating_input
+from pytest_autograd.compare import dtype_label, fmt
+from pytest_autograd.execution import OpRaised
+
+TINY = "tiny: squares underflow to 0"
+MODERATE = {
+    "moderate: saturating tails begin": 6.0,
+    "moderate: tanh and sigmoid saturate": 20.0,
+}
+MAGNITUDE_SECONDS = 2.0  # each magnitude may take at least this long ...
+MAGNITUDE_SLOWDOWN = 50.0  # ... or this many times the first (smallest) magnitude took
 
 
 def magnitudes(dtype):
     """(name, largest |input|) pairs for ``dtype``, smallest first."""
     info = torch.finfo(dtype)
     found = {
-        "tiny: squares underflow to 0": 0.5 * math.sqrt(info.tiny * info.eps),
+        TINY: 0.5 * math.sqrt(info.tiny * info.eps),
+        **MODERATE,
         "large: exp overflows": 2 * math.log(info.max),
         "huge: products of four inputs still fit": info.max ** 0.25 / 2,
     }
@@ -41,11 +51,15 @@ def magnitudes(dtype):
 
 class Extreme(Check):
     name = "extreme"
-    description = "no inf/NaN in outputs or gradients at large and tiny input magnitudes where the reference is finite"
+    description = ("outputs and gradients finite and right (against the reference, or the op in float64) at "
+                   "moderate, large and tiny input magnitudes")
     options = {"dtypes": None}
 
     def applies(self, case, device):
-        if not has_floating_input(case):
+        if not any(differentiated_slots(case, sample) for sample in case.samples):
+            if any(isinstance(v, torch.Tensor) and v.is_floating_point()
+                   for s in case.samples for v in list(s.args) + list(s.kwargs.values())):
+                return "every floating-point argument is a constants= argument, and constants are never rescaled"
             return "no floating-point tensor argument to scale"
         return None
 
@@ -57,12 +71,10 @@ class Extreme(Check):
         refused = case.reference is None and next(filter(None, (float64_plan(context, s) for s in case.samples)), None)
         if refused:
             pytest.skip(f"{refused.reason}: without reference= there is no float64 truth for extreme inputs")
-        unsupported = []
+        unsupported, notes, judged = [], {}, 0
         for dtype in dtypes:
             try:
-                for where, magnitude in magnitudes(dtype):
-                    for index, sample in context.samples():
-                        _check_sample(context, cast_sample(sample, dtype, magnitude), dtype, where, magnitude)
+                judged += _check_dtype(context, dtype, notes)
             except OpRaised as raised:
                 if explicit or not unsupported_dtype(raised):
                     if isinstance(raised, ReferenceRaised):
@@ -71,46 +83,50 @@ class Extreme(Check):
                 unsupported.append(dtype_label(dtype))
         if unsupported and len(unsupported) == len(dtypes):
             pytest.skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
+        lines = [f"{reason} at max |x| = {', '.join(dict.fromkeys(values))}" for reason, values in notes.items()]
+        if not judged and lines:
+            pytest.skip("no magnitude could be judged: " + "; ".join(lines))
+        for line in lines:
+            context.note(f"extreme: {line}")
 
 
-def _check_sample(context, scaled, dtype, where, magnitude):
-    case = context.case
-    got, cotangents = forward_and_backward(context, scaled, dtype)
-    if case.reference is not None:
-        expected, _ = forward_and_backward(context, scaled, dtype, cotangents, fn=case.reference)
-        truth, fits = f"the reference in {dtype_label(dtype)}", None
-    else:
-        expected, _ = forward_and_backward(context, scaled, torch.float64, cotangents)
-        truth, fits = "the op in float64", torch.finfo(dtype).max
-    for pair in paired_tensors(expected, got):
-        e, g = pair.expected.cpu().to(torch.float64), pair.got.cpu().to(torch.float64)
-        demanded = e.isfinite() if fits is None else e.isfinite() & (e.abs() <= fits)
-        bad = demanded & ~g.isfinite()
-        if not bool(bad.any()):
+def _check_dtype(context, dtype, notes):
+    """Judge every sample at every magnitude in ``dtype``; return how many (sample, magnitude) were judged.
+
+    Each magnitude may take ``MAGNITUDE_SLOWDOWN`` times as long as the first
+    (smallest) one took, at least ``MAGNITUDE_SECONDS``; a magnitude past that
+    is stopped, and the larger ones are not run.
+    """
+    judged, stopped_at = 0, math.inf
+    seconds_left = item_seconds(context.case.config)
+    cap = max(MAGNITUDE_SECONDS, seconds_left / (len(magnitudes(dtype)) + 1)) if seconds_left else None
+    for index, sample in context.samples():
+        slots = differentiated_slots(context.case, sample)
+        if not slots:
             continue
-        index = tuple(int(i) for i in bad.nonzero()[0])
-        value = float(g[index])
-        context.fail(
-            f"{pair.what} is {'NaN' if math.isnan(value) else 'inf'} in {dtype_label(dtype)} for inputs scaled to "
-            f"max |x| = {fmt(magnitude)}, where {truth} is finite",
-            dtype=dtype_label(dtype), worst=f"{pair.label}{fmt_index(index)}: {truth} gives "
-                                            f"{fmt(float(e[index]))}, the op {fmt(value)}",
-            error=f"{int(bad.sum())} of {bad.numel()} elements are inf/NaN where {truth} is finite",
-            details=[f"magnitude {where}: every floating input scaled so its largest |element| is {fmt(magnitude)}"],
-            hint=_hint(where, "argument" in pair.fields, dtype), **pair.fields)
-
-
-def _hint(where, in_gradient, dtype):
-    if where.startswith("tiny"):
-        hint = ("an intermediate underflows to 0 and is then divided by or logged (a norm or variance of tiny "
-                "inputs): add an eps, or rescale before squaring")
-    else:
-        hint = (f"an intermediate overflows {dtype_label(dtype)} (max {fmt(torch.finfo(dtype).max)}): exp of a "
-                "large input or a big product; subtract the max before exp (as softmax and logsumexp do) "
-                "or rescale")
-    if in_gradient:
-        hint += "; the outputs are finite, so look at backward (a saved inf, or 1/x of an underflowed value)"
-    return hint
+        judge = Judge(context, scale_sample(sample, dtype, slots), dtype, slots)
+        limit = cap
+        for where, magnitude in magnitudes(dtype):
+            label = fmt(magnitude)
+            if magnitude >= stopped_at:
+                notes.setdefault("not run (a smaller magnitude was stopped for time)", []).append(label)
+                continue
+            start = time.perf_counter()
+            # At tiny magnitudes products of inputs underflow by design: only finiteness is judged there.
+            finished = call_with_limit(limit, lambda: judge.at(where, magnitude, values=where != TINY))
+            if finished.expired is not None:
+                stopped_at = magnitude
+                notes.setdefault(f"stopped after {fmt(limit)} s (the op is far slower there than at smaller "
+                                 "magnitudes, e.g. a solver that does not converge)", []).append(label)
+                continue
+            if limit is cap:
+                limit = max(MAGNITUDE_SECONDS, MAGNITUDE_SLOWDOWN * (time.perf_counter() - start))
+                limit = min(limit, cap) if cap else limit
+            if isinstance(finished.value, Outside):
+                notes.setdefault(f"outside the op's domain ({finished.value.reason})", []).append(label)
+            else:
+                judged += 1
+    return judged
 
 
 check = Extreme()

@@ -1,0 +1,244 @@
+"""Time budgets: stop code that runs too long, and say where it was.
+
+A check that never returns (an iterative solver given inputs it cannot
+converge on, an op that loops forever) would hang the whole session. Every
+item runs under a budget (``--autograd-timeout`` / ini ``autograd_timeout``,
+default 300 s, 0 disables); checks may nest tighter budgets of their own.
+
+How: one watchdog thread keeps the deadlines. At a deadline it records the
+guarded thread's stack and raises an exception in that thread with
+``PyThreadState_SetAsyncExc``; it fires at the thread's next Python
+bytecode, and again every second until the guarded code gives up (code that
+swallows it once is caught by the next one). No signal is used, so the
+budget works in any thread, in xdist workers, and beside pytest-timeout
+(whichever limit is shorter wins). What it cannot stop: a single C call that
+never returns to Python (a torch kernel, a blocking read, one long
+``time.sleep``); the exception then fires as soon as that call returns.
+
+Imports no torch: the plugin module reads the option at configure time.
+"""
+
+import ctypes
+import math
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Union
+
+import pytest
+
+DEFAULT_SECONDS = 300.0
+OPTION = "autograd_timeout"
+RETRY_SECONDS = 1.0
+POLL_SECONDS = 0.25  # how often the watchdog looks at the deadlines: their resolution
+SECONDS = pytest.StashKey()
+_INTERNAL = ("/pytest_autograd/budget.py", "/pytest_autograd/runner.py", "/threading.py", "/contextlib.py")
+_NOT_USER = ("/torch/", "/pytest_autograd/", "/_pytest/", "/pluggy/", "/sympy/", "/threading.py",
+             "/contextlib.py", "/functools.py", "/importlib/", "<frozen ")
+
+
+class TimeBudgetExceeded(BaseException):
+    """Raised inside guarded code at its deadline.
+
+    A BaseException, like KeyboardInterrupt, so that ``except Exception`` in
+    the op or in a check does not swallow it.
+    """
+
+
+HELP = "seconds each item may run before it is stopped and fails, naming where it was (default 300; 0: no limit)"
+
+
+def add_option(parser):
+    """``--autograd-timeout`` and its ini twin ``autograd_timeout``."""
+    group = parser.getgroup("autograd", "autograd op checks (pytest-autograd)")
+    group.addoption("--autograd-timeout", dest=OPTION, default=None, help=f"{HELP}. ini: {OPTION}")
+    try:  # a number in TOML, or text this module parses (with its own error message)
+        parser.addini(OPTION, HELP, type=Union[float, str], default=DEFAULT_SECONDS)
+    except (TypeError, ValueError):  # a pytest without typed ini values: always text
+        parser.addini(OPTION, HELP, default=str(DEFAULT_SECONDS))
+
+
+def parse_seconds(text, source="--autograd-timeout"):
+    """Seconds from an option's text; None when 0 (disabled)."""
+    try:
+        seconds = float(str(text).strip())
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise pytest.UsageError(f"{source}: {text!r} is not a number of seconds; pass e.g. --autograd-timeout=120 "
+                                "(or autograd_timeout = 120 in the ini file), or 0 to run items without a time limit")
+    return seconds or None
+
+
+def configure(config):
+    """Validate the option once per session and keep the item budget in the config's stash."""
+    value, source = config.getoption(OPTION, None), "--autograd-timeout"
+    if value is None:
+        value, source = config.getini(OPTION), f"ini {OPTION}"
+    seconds = parse_seconds(value, source)
+    if config.getoption("usepdb", False):  # a debugger session must not be interrupted
+        seconds = None
+    config.stash[SECONDS] = seconds
+
+
+def item_seconds(config):
+    """The per-item budget: the configured one, the default outside a pytest session."""
+    if config is None:
+        return DEFAULT_SECONDS
+    return config.stash.get(SECONDS, DEFAULT_SECONDS)
+
+
+@dataclass
+class Expired:
+    """A budget that ran out: how long it was and where the guarded code was then."""
+
+    seconds: float
+    frames: list = field(default_factory=list)  # traceback.FrameSummary, outermost first
+
+    def user_frame(self):
+        """The innermost frame of the user's code (not torch, not the plugin, not pytest)."""
+        return _innermost(self.frames, lambda path: not any(part in path for part in _NOT_USER))
+
+    def check_frame(self):
+        """The innermost frame inside the plugin's checks."""
+        return _innermost(self.frames, lambda path: "/pytest_autograd/checks/" in path
+                          and not path.rsplit("/", 1)[-1].startswith(("_", "base.py")))
+
+    def stack_lines(self, limit=12):
+        """``file:line in function`` for the frames that matter, innermost last."""
+        frames = [f for f in self.frames if not any(part in _path(f) for part in _INTERNAL)]
+        lines = [describe(f) for f in frames[-limit:]]
+        if len(frames) > limit:
+            lines.insert(0, f"... {len(frames) - limit} outer frame(s)")
+        return lines
+
+
+def describe(frame):
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def _path(frame):
+    return frame.filename.replace("\\", "/")
+
+
+def _innermost(frames, wanted):
+    for frame in reversed(frames):
+        if wanted(_path(frame)):
+            return frame
+    return None
+
+
+@dataclass
+class Finished:
+    """What ``call_with_limit`` returns: the value, or the Expired budget."""
+
+    value: object = None
+    expired: Expired = None
+
+
+def call_with_limit(seconds, fn):
+    """Call ``fn()`` with at most ``seconds`` (None: no limit); never raises for the limit itself."""
+    if not seconds or not _can_interrupt():
+        return Finished(fn())
+    deadline = _Deadline(seconds, threading.get_ident())
+    _WATCHDOG.add(deadline)
+    try:
+        try:
+            return Finished(fn())
+        finally:
+            _WATCHDOG.remove(deadline)
+    except TimeBudgetExceeded as raised:
+        _WATCHDOG.remove(deadline)
+        if not deadline.fired:  # an enclosing budget's: its own call_with_limit handles it
+            raise
+        frames = traceback.extract_tb(raised.__traceback__)[1:] or deadline.stack or []
+        return Finished(expired=Expired(seconds, list(frames)))
+
+
+def _can_interrupt():
+    return hasattr(ctypes, "pythonapi") and hasattr(ctypes.pythonapi, "PyThreadState_SetAsyncExc")
+
+
+class _Deadline:
+    def __init__(self, seconds, thread_id):
+        self.due = time.monotonic() + seconds
+        self.thread_id = thread_id
+        self.fired = False
+        self.stack = None
+
+
+class _Watchdog:
+    """One daemon thread for all deadlines; it looks at them every ``POLL_SECONDS``.
+
+    Adding or removing a deadline never wakes it: waking another thread
+    costs the guarded thread a GIL hand-off (milliseconds on a busy machine),
+    and checks add a deadline per input magnitude.
+    """
+
+    def __init__(self):
+        self.condition = threading.Condition()
+        self.deadlines = []
+        self.thread = None
+
+    def add(self, deadline):
+        with self.condition:
+            self.deadlines.append(deadline)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="pytest-autograd-budget", daemon=True)
+                self.thread.start()
+
+    def remove(self, deadline):
+        with self.condition:
+            if deadline in self.deadlines:
+                self.deadlines.remove(deadline)
+                others_fired = any(d.fired for d in self.deadlines if d.thread_id == deadline.thread_id)
+                if deadline.fired and not others_fired:
+                    _set_async_exc(deadline.thread_id, None)  # drop a copy not yet delivered
+
+    def _loop(self):
+        with self.condition:
+            while True:
+                now = time.monotonic()
+                for deadline in list(self.deadlines):
+                    if deadline.due <= now:
+                        if deadline.stack is None:
+                            frame = sys._current_frames().get(deadline.thread_id)
+                            deadline.stack = traceback.extract_stack(frame) if frame is not None else []
+                        deadline.fired = True
+                        deadline.due = now + RETRY_SECONDS
+                        _set_async_exc(deadline.thread_id, TimeBudgetExceeded)
+                upcoming = min((d.due for d in self.deadlines), default=math.inf)
+                self.condition.wait(min(POLL_SECONDS, max(0.0, upcoming - time.monotonic())))
+
+
+def _set_async_exc(thread_id, exception):
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                               None if exception is None else ctypes.py_object(exception))
+
+
+_WATCHDOG = _Watchdog()
+
+
+def time_budget_failure(check_name, expired, device=None, sample=None):
+    """The CheckFailure of an item stopped at its budget: where the op and the check were."""
+    from pytest_autograd.report import CheckFailure, Report
+
+    details = []
+    user, check = expired.user_frame(), expired.check_frame()
+    if user is not None:
+        details.append(f"stopped in the op's code at {describe(user)}")
+    if check is not None:
+        details.append(f"the check was at {describe(check)}")
+    stack = expired.stack_lines()
+    if stack:
+        details.append("stack at the limit (innermost last):")
+        details.extend(f"  {line}" for line in stack)
+    return CheckFailure(Report(
+        check=check_name, device=device, sample=sample,
+        summary=f"the item ran past its time budget of {expired.seconds:g} s and was stopped",
+        details=details,
+        hint=("the op may not terminate on these samples (a loop whose exit is never reached, an iterative solver "
+              "that does not converge), or it is only slow: give items more time with --autograd-timeout=SECONDS "
+              "(ini autograd_timeout; 0 disables the limit), or check it on smaller samples")))

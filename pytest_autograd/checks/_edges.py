@@ -1,0 +1,381 @@
+"""Judging an op at one input magnitude: the pieces of the extreme check.
+
+The truth is the reference in float64 (else the op in float64) on exactly
+the rounded inputs the op got. A magnitude where the truth raises or is
+inf/NaN everywhere is outside the op's domain, not a failure. Elsewhere the
+op's outputs and gradients must be finite where the truth is finite and fits
+the dtype, and close to it: within the dtype's tolerance, or, when that is
+exceeded, within an error budget measured on the spot (the reference's own
+error in the dtype, and how much the truth moves when the inputs move by one
+rounding of the dtype: a condition estimate that also covers kinks and ties).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from pytest_autograd.checks._transforms import (
+    ReferenceRaised,
+    forward_and_backward,
+    paired_tensors,
+    unsupported_dtype,
+)
+from pytest_autograd.compare import dtype_label, fmt, fmt_index
+from pytest_autograd.execution import OpRaised
+
+REFERENCE_K = 2.0  # the op may be this many times as wrong as the reference in the same dtype
+CONDITION_K = 16.0  # ... or this many times the truth's own movement under one rounding of the inputs
+
+
+def tolerance(dtype):
+    """The floor of the error budget (normwise: max abs error / max |truth|): sqrt(eps) of the dtype.
+
+    Half the digits: at extreme magnitudes rounding errors grow with the
+    op's conditioning, and this check looks for wrong values (a shortcut, a
+    lost tail), not lost digits, which the precision check judges at the
+    samples' own scale. 3.5e-4 in float32, 0.031 in float16, 0.088 in bfloat16.
+    """
+    return math.sqrt(torch.finfo(dtype).eps)
+
+
+@dataclass
+class Outside:
+    """A magnitude outside the op's domain, and why."""
+
+    reason: str
+
+
+def scale_sample(sample, dtype, slots, magnitude=None):
+    """``sample`` with floating tensors in ``dtype``; those in ``slots`` scaled so max |x| is ``magnitude``.
+
+    Only the differentiated arguments are scaled: constants (indices stored
+    as floats, marginals, running statistics) keep their values.
+    """
+
+    def cast(slot, value):
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+            return value
+        value = value.detach()
+        if magnitude is not None and slot in slots:
+            value = value.to(torch.float64)
+            peak = float(value.abs().max()) if value.numel() else 0.0
+            if peak > 0:
+                value = value * (magnitude / peak)
+        return value.to(dtype)
+
+    return sample.replace(args=[cast(i, a) for i, a in enumerate(sample.args)],
+                          kwargs={k: cast(k, v) for k, v in sample.kwargs.items()})
+
+
+def differentiated_slots(case, sample):
+    """Slots of the floating tensor arguments the checks differentiate (all but ``constants=``)."""
+    slots = [i for i, a in enumerate(sample.args)] + list(sample.kwargs)
+    values = list(sample.args) + list(sample.kwargs.values())
+    return {slot for slot, value in zip(slots, values)
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and slot not in case.constant_slots}
+
+
+class Judge:
+    """Runs and compares at one magnitude of one sample in one dtype."""
+
+    def __init__(self, context, sample, dtype, slots, cotangents=None):
+        self.context, self.sample, self.dtype, self.slots = context, sample, dtype, slots
+        self.cotangents = cotangents
+        self.reference = context.case.reference
+        self.truth_label = "the reference in float64" if self.reference is not None else "the op in float64"
+        self.unscaled_runs = False
+        self.cotangent_size = None
+
+    def at(self, where, magnitude, values=True):
+        """None when the op is right at ``magnitude``; an Outside when it cannot be judged there; else fail.
+
+        ``values``: compare values too, not only finiteness (where products of inputs are representable).
+        """
+        scaled = scale_sample(self.sample, self.dtype, self.slots, magnitude)
+        self.where, self.magnitude = where, magnitude
+        try:
+            got, drawn = forward_and_backward(self.context, scaled, self.dtype, self.cotangents)
+        except OpRaised as raised:
+            if isinstance(raised, ReferenceRaised) or unsupported_dtype(raised):
+                raise
+            outside = self._truth_or_outside(scaled)
+            if isinstance(outside, Outside):
+                return Outside(f"{outside.reason}, and the op raises too")
+            self.context.fail_raised(raised, situation=f"for inputs scaled to max |x| = {fmt(magnitude)}, where "
+                                     f"{self.truth_label} runs", details=[self._scaled_line()])
+        self.cotangents = self.cotangents or drawn  # drawn at the first magnitude, the same for all
+        truth = self._truth_or_outside(scaled)
+        if isinstance(truth, Outside):
+            return truth
+        pairs = [_Compared(pair, self.dtype) for pair in paired_tensors(truth, got)]
+        if pairs and not any(bool(p.representable.any()) for p in pairs):
+            return Outside(f"{self.truth_label} is inf/NaN, or beyond {dtype_label(self.dtype)}'s range, at every "
+                           "element")
+        self._check_finite(scaled, pairs)
+        if values:
+            self._check_values(scaled, truth, pairs)
+        return None
+
+    def _truth_or_outside(self, scaled):
+        try:
+            truth, _ = forward_and_backward(self.context, scaled, torch.float64, self.cotangents, fn=self.reference)
+        except OpRaised as raised:
+            self._raises_on_the_sample_itself()
+            return Outside(f"{self.truth_label} raises {type(raised.error).__name__} ({_short(raised.error)})")
+        return truth
+
+    def _raises_on_the_sample_itself(self):
+        """A truth that raises on the unscaled sample too is broken, not out of its domain: report that."""
+        if self.unscaled_runs:
+            return
+        try:
+            forward_and_backward(self.context, self.sample, torch.float64, self.cotangents, fn=self.reference)
+        except ReferenceRaised as raised:
+            self.context.fail_reference_raised(raised)
+        self.unscaled_runs = True  # an op that raises there propagates: the op's failure
+
+    def _scaled_line(self):
+        return (f"magnitude {self.where}: every differentiated input scaled so its largest |element| is "
+                f"{fmt(self.magnitude)} (constants= arguments keep their values)")
+
+    # -- finiteness ------------------------------------------------------------------------------------------
+
+    def _check_finite(self, scaled, pairs):
+        same_dtype_reference = None
+        overflowed_output = False
+        for compared in pairs:
+            pair, e, g = compared.pair, compared.expected, compared.got
+            if "output" in pair.fields:
+                overflowed_output |= not bool((compared.representable | compared.got_finite).all())
+            elif overflowed_output:
+                # An output the dtype cannot hold is inf; gradients computed from it (exp's saved output)
+                # cannot be demanded finite.
+                continue
+            bad = compared.representable & ~compared.got_finite
+            if bool(bad.any()) and self.reference is not None:
+                # Overflow the reference in the same dtype shares is no worse than the reference.
+                if same_dtype_reference is None:
+                    same_dtype_reference = self._reference_in_dtype(scaled)
+                low = same_dtype_reference.get(pair.label)
+                if low is not None:
+                    bad &= _as64(low).isfinite()
+            if not bool(bad.any()):
+                continue
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            value = float(g[index])
+            self.context.fail(
+                f"{pair.what} is {'NaN' if math.isnan(value) else 'inf'} in {dtype_label(self.dtype)} for inputs "
+                f"scaled to max |x| = {fmt(self.magnitude)}, where {self.truth_label} is finite",
+                dtype=dtype_label(self.dtype),
+                worst=f"{pair.label}{fmt_index(index)}: {self.truth_label} gives {fmt(float(e[index]))}, "
+                      f"the op {fmt(value)}",
+                error=f"{int(bad.sum())} of {bad.numel()} elements are inf/NaN where {self.truth_label} is finite",
+                details=[self._scaled_line()], hint=_finite_hint(self.where, "argument" in pair.fields, self.dtype),
+                **pair.fields)
+
+    def _reference_in_dtype(self, scaled):
+        """Label -> the reference's tensor in the op's dtype (an empty dict when it raises there)."""
+        try:
+            low, _ = forward_and_backward(self.context, scaled, self.dtype, self.cotangents, fn=self.reference)
+        except OpRaised:
+            return {}
+        return {pair.label: pair.got for pair in paired_tensors(low, low)}
+
+    # -- values ----------------------------------------------------------------------------------------------
+
+    def _check_values(self, scaled, truth, pairs):
+        tol = tolerance(self.dtype)
+        self.scales = self._natural_scales(truth)
+        errors = [(c.pair, c.error(self.scales.get(c.pair.label, 0.0))) for c in pairs]
+        suspects = [(pair, error) for pair, error in errors if error.value > tol]
+        if not suspects:
+            return
+        budgets = self._budgets(scaled, truth, [pair.label for pair, _ in suspects], tol)
+        over = [(pair, error, budgets[pair.label]) for pair, error in suspects if error.value > budgets[pair.label]]
+        if not over:
+            return
+        over.sort(key=lambda item: -item[1].value / item[2])
+        pair, error, budget = over[0]
+        name = dtype_label(self.dtype)
+        self.context.fail(
+            f"{pair.what} in {name} is off from {self.truth_label} by {fmt(error.value)} for inputs scaled to "
+            f"max |x| = {fmt(self.magnitude)}, more than its error budget {fmt(budget)}",
+            dtype=name,
+            worst=f"{pair.label}{fmt_index(error.index)}: {self.truth_label} gives {fmt(error.expected)}, "
+                  f"the op {fmt(error.got)}",
+            error=(f"error {fmt(error.value)} (max abs error / max |float64 value|, over finite elements that fit "
+                   f"{name}) > budget {fmt(budget)}: the {name} tolerance sqrt(eps) = "
+                   f"{fmt(tol)}, {fmt(REFERENCE_K)} x the reference's own {name} error, or {fmt(CONDITION_K)} x "
+                   f"how far the truth moves when the inputs move by one {name} rounding, whichever is largest"),
+            details=[self._scaled_line()] + [f"also {p.what}: error {fmt(e.value)} > {fmt(b)}" for p, e, b in over[1:]],
+            hint=_value_hint(self.magnitude, "argument" in pair.fields), **pair.fields)
+
+    def _budgets(self, scaled, truth, labels, tol):
+        """Label -> error budget: the tolerance, the reference's own error, or the condition estimate."""
+        budgets = {label: tol for label in labels}
+        reference_low = self._reference_in_dtype(scaled) if self.reference is not None else {}
+        truths = {pair.label: pair.expected for pair in paired_tensors(truth, truth)}
+        for label, low in reference_low.items():
+            if label in budgets:
+                error = self._error(label, truths[label], low).value
+                budgets[label] = max(budgets[label], REFERENCE_K * error + tol)
+        for sign in (1.0, -1.0):
+            try:
+                moved, _ = forward_and_backward(self.context, self._nudged(scaled, sign), torch.float64,
+                                                self._nudged_cotangents(sign), fn=self.reference)
+            except OpRaised:  # the nudge left the domain: no estimate from this side
+                continue
+            for pair in paired_tensors(truth, moved):
+                if pair.label in budgets:
+                    movement = self._error(pair, pair.expected, pair.got, rounded=False).value
+                    budgets[pair.label] = max(budgets[pair.label], CONDITION_K * movement)
+        return budgets
+
+    def _natural_scales(self, truth):
+        """Label -> the size a value of that tensor has at this magnitude when it is not small by cancellation.
+
+        An output's is its own largest |value|. A gradient's is |cotangent| x
+        |output| / |input|: saturating ops have gradients far below it (tanh's
+        is 1e-13 at |x| = 30), and an error there that is small against it
+        (the float32 1 - y*y of a y that rounds to 1) is harmless, while a
+        shortcut to 0 where the derivative is ~1 is not.
+        """
+        fits = torch.finfo(self.dtype).max
+        output_size = 0.0
+        for output in truth.outputs:
+            if output.is_floating_point() and output.numel():
+                size = output.detach().abs()
+                output_size = max(output_size, float(size.masked_fill_(~(size <= fits), 0.0).max()))
+        if self.cotangent_size is None:
+            self.cotangent_size = max((float(c.abs().max()) for c in self.cotangents if c is not None and c.numel()),
+                                      default=0.0)
+        gradient_size = self.cotangent_size * output_size / self.magnitude
+        return {f"grad {name}": gradient_size for name in truth.names}
+
+    def _error(self, pair_or_label, expected, got, rounded=True):
+        label = getattr(pair_or_label, "label", pair_or_label)
+        return _error(expected, got, self.dtype, rounded, self.scales.get(label, 0.0))
+
+    def _nudged_cotangents(self, sign):
+        """The cotangents moved by one rounding too: backward's cancellations depend on them."""
+        eps = torch.finfo(self.dtype).eps
+        generator = torch.Generator().manual_seed(self.context.seed + 1)
+        moved = []
+        for c in self.cotangents:
+            if c is None:
+                moved.append(None)
+                continue
+            signs = torch.randint(0, 2, c.shape, generator=generator, dtype=torch.float64) * 2 - 1
+            moved.append(c + sign * signs * eps * c.abs())
+        return moved
+
+    def _nudged(self, scaled, sign):
+        """The scaled sample with each differentiated element moved by about one rounding of the dtype.
+
+        Random signs (antithetic: ``sign`` flips them all) so that ties are broken
+        both ways and kinks are crossed from both sides; zeros move too.
+        """
+        eps = torch.finfo(self.dtype).eps
+        generator = torch.Generator().manual_seed(self.context.seed)
+
+        def nudge(slot, value):
+            if slot not in self.slots or not isinstance(value, torch.Tensor):
+                return value
+            value = value.to(torch.float64)
+            peak = float(value.abs().max()) if value.numel() else 0.0
+            signs = torch.randint(0, 2, value.shape, generator=generator, dtype=torch.float64) * 2 - 1
+            return value + sign * signs * eps * (value.abs() + eps * peak)
+
+        return scaled.replace(args=[nudge(i, a) for i, a in enumerate(scaled.args)],
+                              kwargs={k: nudge(k, v) for k, v in scaled.kwargs.items()})
+
+
+class _Compared:
+    """One output or gradient of the op against the truth, as float64, with the masks both checks need."""
+
+    def __init__(self, pair, dtype):
+        self.pair, self.dtype = pair, dtype
+        self.expected, self.got = _as64(pair.expected), _as64(pair.got)
+        # finite and within the dtype's range (NaN and inf compare False)
+        self.representable = self.expected.abs() <= torch.finfo(dtype).max
+        self.got_finite = self.got.isfinite()
+
+    def error(self, natural_scale):
+        if self.expected.shape != self.got.shape:
+            return Error(0.0)
+        return _error(self.expected, self.got, self.dtype, True, natural_scale,
+                      left_out=~(self.representable & self.got_finite))
+
+
+@dataclass
+class Error:
+    value: float
+    index: tuple = ()
+    expected: float = 0.0
+    got: float = 0.0
+
+
+def _as64(tensor):
+    return tensor.detach().to("cpu", torch.float64)
+
+
+def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None):
+    """Normwise error over the elements the dtype can hold: finite in both, within its range.
+
+    max |got - expected| / max(max |expected|, ``natural_scale``). Differences
+    below the dtype's smallest normal number are ignored when ``rounded``
+    (what underflows in the dtype cannot be told apart from 0).
+    """
+    e, g = _as64(expected), _as64(got)
+    if e.shape != g.shape or not e.numel():
+        return Error(0.0)
+    info = torch.finfo(dtype)
+    if left_out is None:
+        left_out = ~((e.abs() <= info.max) & g.isfinite())
+    diff = (g - e).abs().masked_fill_(left_out, 0.0)
+    if rounded:
+        diff = diff.sub_(info.tiny).clamp_(min=0.0)
+    worst, flat = diff.reshape(-1).max(0)
+    worst, flat = float(worst), int(flat)
+    if worst == 0.0:
+        return Error(0.0)
+    scale = max(float(e.abs().masked_fill_(left_out, 0.0).max()), natural_scale)
+    value = worst / scale if scale > 0 else math.inf
+    index = _unravel(flat, e.shape)
+    return Error(value, index, float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
+
+
+def _unravel(flat, shape):
+    index = []
+    for size in reversed(shape):
+        flat, position = divmod(flat, size)
+        index.append(position)
+    return tuple(reversed(index))
+
+
+def _short(error):
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _finite_hint(where, in_gradient, dtype):
+    if where.startswith("tiny"):
+        hint = ("an intermediate underflows to 0 and is then divided by or logged (a norm or variance of tiny "
+                "inputs): add an eps, or rescale before squaring")
+    else:
+        hint = (f"an intermediate overflows {dtype_label(dtype)} (max {fmt(torch.finfo(dtype).max)}): exp of a "
+                "large input or a big product; subtract the max before exp (as softmax and logsumexp do) "
+                "or rescale")
+    if in_gradient:
+        hint += "; the outputs are finite, so look at backward (a saved inf, or 1/x of an underflowed value)"
+    return hint
+
+
+def _value_hint(magnitude, in_gradient):
+    if in_gradient:
+        return ("backward is wrong at large |x| although it stays finite: a shortcut that returns 0 (or 1) past a "
+                "threshold, or a saturation branch whose derivative is not the forward's; compare backward's "
+                "large-|x| branch with the derivative of the forward's")
+    return ("the output is wrong at this magnitude although it is finite: an asymptotic formula or a threshold "
+            "that switches in too early, or a clamp of the input; compare the large-|x| branch with the exact formula")
