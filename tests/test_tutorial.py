@@ -132,8 +132,8 @@ def line_pattern(shown):
         kind, text = token.lastgroup, token.group()
         if kind == "gap" or kind == "seed":
             parts.append(".*?")
-        elif kind == "time":
-            parts.append(r"\d+(?:\.\d+)?s")
+        elif kind == "time":  # pytest adds "(0:01:24)" to a run over a minute
+            parts.append(r"\d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?")
         elif kind == "rule":
             parts.append(re.escape(text[0]) + "{3,}")
         elif kind == "number":
@@ -378,6 +378,12 @@ def test_output_excerpts_match_numbers_seeds_timings_and_rules_loosely():
         "=== 1 failed in 9.99s ===",
     ])
     assert match_output(shown, REAL) is None
+
+
+def test_a_shown_run_time_matches_a_run_over_a_minute():
+    shown = "=== 12 passed, 24 skipped in 9.99s ==="
+    assert match_output(shown, ["===== 12 passed, 24 skipped in 84.19s (0:01:24) ====="]) is None
+    assert match_output(shown, ["===== 12 passed, 24 skipped in 84.19s (0:01:24) extra ====="]) is not None
 
 
 @pytest.mark.parametrize("line, real_text, stale_text", [
