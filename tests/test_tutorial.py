@@ -125,6 +125,9 @@ _TOKEN = re.compile(
 )
 
 
+_LONG_RUN = re.compile(r"(\d+(?:\.\d+)?s) \(\d+:\d\d:\d\d\)")
+
+
 def line_pattern(shown):
     """(compiled regex, expected numbers) for one shown line."""
     parts, numbers = [], []
@@ -149,7 +152,7 @@ def line_pattern(shown):
 def line_matches(shown, real):
     """Same text; numbers equal to 0.1% (seeds, timings and ``...`` match anything)."""
     pattern, numbers = line_pattern(shown.rstrip())
-    real = re.sub(r"(\d+(?:\.\d+)?s) \(\d+:\d\d:\d\d\)", r"\1", real)  # pytest adds (H:MM:SS) past a minute
+    real = _LONG_RUN.sub(r"\1", real)  # pytest adds "(0:01:24)" to a run over a minute
     found = pattern.fullmatch(real.rstrip())
     if found is None:
         return False
@@ -379,6 +382,13 @@ def test_output_excerpts_match_numbers_seeds_timings_and_rules_loosely():
         "=== 1 failed in 9.99s ===",
     ])
     assert match_output(shown, REAL) is None
+
+
+def test_a_shown_run_time_matches_a_run_over_a_minute():
+    shown = "=== 12 passed, 24 skipped in 9.99s ==="
+    assert match_output(shown, ["===== 12 passed, 24 skipped in 84.19s (0:01:24) ====="]) is None
+    assert match_output("=== ... passed in ...s ===", ["===== 12 passed in 84.19s (0:01:24) ====="]) is None
+    assert match_output(shown, ["===== 12 passed, 24 skipped in 84.19s (0:01:24) extra ====="]) is not None
 
 
 @pytest.mark.parametrize("line, real_text, stale_text", [
