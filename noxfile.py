@@ -4,7 +4,7 @@
     nox -s "tests(2.15.0)"        # the newest torch
     nox -s "tests(2.4.1)"         # the declared minimums: torch 2.4, pytest 7.4
     nox -s tests                  # every version in turn
-    nox -s tests --envdir /somewhere/else -- -x -k extension   # arguments after -- go to pytest
+    nox -s "tests(2.15.0)" -- tests/test_tutorial.py -x   # arguments after -- go to pytest
 
 Each session gets its own virtual environment (in .nox/, or --envdir) with the
 project installed editable, and its own torch extension cache, so an extension
@@ -40,4 +40,5 @@ def tests(session: nox.Session, torch: str, pytest: str | None) -> None:
     cache = Path(os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "torch_extensions"))
     session.env["TORCH_EXTENSIONS_DIR"] = str(cache / f"torch-{torch}")
     session.run("python", "-c", "import torch, pytest; print('torch', torch.__version__, '| pytest', pytest.__version__)")
-    session.run("python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", *session.posargs)
+    # No path: pytest takes testpaths (tests/) unless the arguments after -- name files.
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *session.posargs)

@@ -11,6 +11,7 @@ seconds afterwards while the sources do not change.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -77,10 +78,12 @@ def _cache_directory():
     extension cache, and the installed sources get back the mtimes the wheel
     recorded: a rebuild then happens only when the sources changed.
     """
+    import torch
     from torch.utils import cpp_extension
 
-    tag = hashlib.sha1(str(ROOT).encode()).hexdigest()[:10]
-    return Path(cpp_extension.get_default_build_root()) / f"pytest-autograd-wheel-{tag}"
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    tag = hashlib.sha1(f"{ROOT} {sys.executable} {torch.__version__}".encode()).hexdigest()[:10]
+    return Path(root) / f"pytest-autograd-wheel-{tag}"
 
 
 def _restore_mtimes(wheel, site):
@@ -95,8 +98,33 @@ def _restore_mtimes(wheel, site):
 def installed(wheel):
     """(python, site-packages, environment variables) of a fresh venv with only the wheel installed."""
     cache = _cache_directory()
+    cache.mkdir(parents=True, exist_ok=True)
+    with _exclusive(cache / "lock"):  # one pytest process (e.g. one xdist worker) at a time
+        yield from _fresh_venv(wheel, cache)
+
+
+@contextlib.contextmanager
+def _exclusive(path):
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock
+        yield
+        return
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _fresh_venv(wheel, cache):
     venv = cache / "venv"
     shutil.rmtree(venv, ignore_errors=True)
+    # torch's build lock, left behind by a build that was killed, would make the build wait forever;
+    # under our lock nobody else builds here.
+    for stale in (cache / "extensions").glob("*/lock"):
+        stale.unlink()
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "--ignore-installed",
