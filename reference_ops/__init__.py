@@ -19,10 +19,15 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path as _Path
 
-from . import functions
-from .functions import *  # noqa: F401,F403
-from .functions import __all__ as _functions_all
+from ._installation import check_installation as _check_installation
+
+_check_installation(_Path(__file__).resolve().parent)  # a clear error if another distribution shares the name
+
+from . import functions  # noqa: E402
+from .functions import *  # noqa: F401,F403,E402
+from .functions import __all__ as _functions_all  # noqa: E402
 
 _EXTENSION_EXPORTS = frozenset(
     {

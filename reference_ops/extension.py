@@ -53,7 +53,12 @@ NAMESPACE = "autograd_ext"
 FORWARD_OP = f"{NAMESPACE}::linear_forward"
 BACKWARD_OP = f"{NAMESPACE}::linear_backward"
 
-CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc"
+# Where the sources are: inside the package in an installed wheel (the build
+# maps the repository's csrc/ there), next to the package in a source checkout.
+CSRC_CANDIDATES = (
+    Path(__file__).resolve().parent / "csrc",
+    Path(__file__).resolve().parent.parent / "csrc",
+)
 CPU_SOURCES = ("register.cpp", "linear_cpu.cpp")
 CUDA_SOURCES = ("linear_cuda.cu",)
 
@@ -104,15 +109,26 @@ def _check_toolchain(with_cuda: bool = False) -> None:
         )
 
 
+def _csrc_dir() -> Path:
+    """The first of :data:`CSRC_CANDIDATES` that holds the sources (the last one if none does)."""
+    for candidate in CSRC_CANDIDATES:
+        if (candidate / CPU_SOURCES[0]).is_file():
+            return candidate
+    return CSRC_CANDIDATES[-1]
+
+
 def _source_paths(with_cuda: bool) -> list[str]:
-    """Absolute source paths; the sources ship with the repository, not with a wheel."""
+    """Absolute source paths, from the installed package or the source checkout."""
     names = CPU_SOURCES + (CUDA_SOURCES if with_cuda else ())
-    paths = [CSRC_DIR / name for name in names]
+    csrc = _csrc_dir()
+    paths = [csrc / name for name in names]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
+        looked = " and ".join(str(c) for c in CSRC_CANDIDATES)
         raise RuntimeError(
-            f"The {NAMESPACE} extension sources were not found: {', '.join(missing)}. "
-            "Use a source checkout (e.g. `pip install -e .`) so that csrc/ sits next to reference_ops/."
+            f"The {NAMESPACE} extension sources were not found: {', '.join(missing)} "
+            f"(looked in {looked}). Reinstall pytest-autograd from a wheel built with its "
+            "csrc/ directory (`pip install .` in a checkout), or use a source checkout."
         )
     return [str(p) for p in paths]
 
@@ -130,7 +146,7 @@ def _build(with_cuda: bool, verbose: bool) -> None:
         sources=_source_paths(with_cuda),
         extra_cflags=["-O3"],
         extra_cuda_cflags=["-O3"] if with_cuda else None,
-        extra_include_paths=[str(CSRC_DIR)],
+        extra_include_paths=[str(_csrc_dir())],
         with_cuda=with_cuda,
         is_python_module=False,  # operators register themselves via TORCH_LIBRARY
         verbose=verbose,

@@ -93,9 +93,21 @@ def test_ops_are_registered(ops):
 
 
 def test_missing_sources_give_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(ext, "CSRC_DIR", tmp_path)
-    with pytest.raises(RuntimeError, match="sources were not found"):
+    monkeypatch.setattr(ext, "CSRC_CANDIDATES", (tmp_path / "package", tmp_path / "checkout"))
+    with pytest.raises(RuntimeError, match="sources were not found.*looked in .*package and .*checkout"):
         ext._source_paths(with_cuda=False)
+
+
+def test_sources_are_found_inside_the_package_first(monkeypatch, tmp_path):
+    packaged, checkout = tmp_path / "package", tmp_path / "checkout"
+    for directory in (packaged, checkout):
+        directory.mkdir()
+        for name in ext.CPU_SOURCES:
+            (directory / name).write_text("")
+    monkeypatch.setattr(ext, "CSRC_CANDIDATES", (packaged, checkout))
+    assert ext._source_paths(with_cuda=False) == [str(packaged / name) for name in ext.CPU_SOURCES]
+    (packaged / ext.CPU_SOURCES[0]).unlink()
+    assert ext._source_paths(with_cuda=False) == [str(checkout / name) for name in ext.CPU_SOURCES]
 
 
 def test_missing_tools_give_clear_errors(monkeypatch):

@@ -149,6 +149,8 @@ def line_pattern(shown):
     return re.compile("".join(parts)), numbers
 
 
+
+
 def line_matches(shown, real):
     """Same text; numbers equal to 0.1% (seeds, timings and ``...`` match anything)."""
     pattern, numbers = line_pattern(shown.rstrip())
@@ -389,6 +391,13 @@ def test_a_shown_run_time_matches_a_run_over_a_minute():
     assert match_output(shown, ["===== 12 passed, 24 skipped in 84.19s (0:01:24) ====="]) is None
     assert match_output("=== ... passed in ...s ===", ["===== 12 passed in 84.19s (0:01:24) ====="]) is None
     assert match_output(shown, ["===== 12 passed, 24 skipped in 84.19s (0:01:24) extra ====="]) is not None
+
+
+def test_a_run_of_over_a_minute_matches_a_shown_timing():
+    real = ["======================== 5 passed, 8 skipped in 61.23s (0:01:01) ========================"]
+    assert match_output("=== ... passed, ... skipped in ...s ===", real) is None
+    assert match_output("=== 5 passed, 8 skipped in 0.5s ===", real) is None
+    assert match_output("=== 5 passed, 9 skipped in 0.5s ===", real) is not None
 
 
 @pytest.mark.parametrize("line, real_text, stale_text", [

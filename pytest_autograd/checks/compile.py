@@ -12,6 +12,7 @@ seconds of compilation on CPU (see docs/checks/compile.md for measurements).
 """
 
 import linecache
+import re
 import warnings
 
 import torch
@@ -24,6 +25,9 @@ from pytest_autograd.report import CheckFailure
 MISMATCH_HINT = ("eager and compiled code disagree: typical causes are a custom op's fake impl that differs "
                  "from its kernel in shape, dtype or strides (run the opcheck check), an input mutated but not "
                  "declared (mutates_args / Tensor(a!)), or random numbers drawn inside the op")
+# Newer inductors check a custom op's outputs against what its fake impl promised and raise
+# (torch 2.15: "expected dtype torch.float32 but got torch.float64") where older ones computed garbage.
+FAKE_ASSERTION = re.compile(r"^expected (dtype|size|stride)\b")
 BREAK_HINT = ("fullgraph=True needs the op traceable end to end: avoid .item()/.tolist(), print, and Python "
               "`if` on tensor values (use torch.where); or pass compile_fullgraph=False to accept the breaks")
 
@@ -133,8 +137,8 @@ def _fail_raised(context, label, error, sample_breaks, fullgraph):
     if sample_breaks:  # they name the user's line already
         essence = [line for line in essence if not line.startswith("at ")]
     details = essence[1:] + [f"graph break: {b}" for b in sample_breaks]
-    context.fail(f"{label} raised {type(error).__name__}: {essence[0]}",
-                 details=details, hint=BREAK_HINT if is_break else None)
+    hint = BREAK_HINT if is_break else MISMATCH_HINT if FAKE_ASSERTION.match(essence[0]) else None
+    context.fail(f"{label} raised {type(error).__name__}: {essence[0]}", details=details, hint=hint)
 
 
 check = Compile()
