@@ -34,5 +34,11 @@ SURROGATE_HINT = ("the output does not move when `{name}` moves (numerical deriv
 
 
 def looks_like_surrogate(error):
-    """A derivative mismatch whose numerical side is exactly zero while the analytical one is not."""
-    return error.expected == 0.0 and error.got != 0.0 and error.got == error.got  # got == got: not NaN
+    """A derivative mismatch where the output does not move with the argument at all, yet backward passes a gradient.
+
+    One zero element proves nothing (a linear layer's output row does not
+    depend on other input rows): the numerical derivative must be zero over
+    the argument's whole Jacobian block.
+    """
+    return (error.expected == 0.0 and error.got != 0.0 and error.got == error.got  # got == got: not NaN
+            and not error.numerical_nonzero)
