@@ -64,12 +64,13 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
                 continue
             check_seed = item_seed(seed, f"{name}-{device}")
             try:
-                failure = run_check(check, CheckContext(name, case, device, check_seed), reseed=True)
+                context = CheckContext(name, case, device, check_seed)
+                failure = run_check(check, context, reseed=True)
             except pytest.skip.Exception as skipped:
                 outcomes.append(Outcome(name, device, "skipped", str(skipped.msg)))
                 continue
             if failure is None:
-                outcomes.append(Outcome(name, device, "passed"))
+                outcomes.append(Outcome(name, device, "passed", "\n".join(context.notes)))
             else:
                 outcomes.append(Outcome(name, device, "failed", failure.report.render()))
     return outcomes

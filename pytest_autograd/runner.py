@@ -84,7 +84,8 @@ def run_item(item, spec, settings, registry):
         reason = check.applies(case, spec.device)
         if reason:
             skip_here(reason)
-        execute(check, case, spec.device, seed, rerun_command(item, settings.seed, spec, check), where)
+        notes = execute(check, case, spec.device, seed, rerun_command(item, settings.seed, spec, check), where)
+        item.user_properties.extend(("autograd_note", note) for note in notes)
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
@@ -122,10 +123,12 @@ def _build_case_once_per_test(item, mark, spec, where):
 
 
 def execute(check, case, device, seed, rerun=None, nodeid=None):
-    """Run ``check``; turn failures into a rendered pytest failure."""
-    failure = run_check(check, CheckContext(check.name, case, device, seed))
+    """Run ``check``; turn failures into a rendered pytest failure; return the check's notes."""
+    context = CheckContext(check.name, case, device, seed)
+    failure = run_check(check, context)
     if failure is not None:
         _fail(failure, rerun, nodeid, seed)
+    return context.notes
 
 
 def run_check(check, context, reseed=False):

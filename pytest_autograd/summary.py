@@ -10,11 +10,14 @@ class Tally:
         self.counts = {}  # (check, device) -> {outcome: n}
         self.order = list(order)  # registry order, so rows read the same under xdist
         self.absent = {}  # device -> reason, for devices asked for but not available
+        self.notes = []  # (nodeid, note) from checks that passed or skipped with something to say
 
     def pytest_runtest_logreport(self, report):
         key = dict(report.user_properties).get("autograd")
         if key is None:
             return
+        if report.when == "call":
+            self.notes.extend((report.nodeid, text) for name, text in report.user_properties if name == "autograd_note")
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             check, device = key.split("|", 1)
             if report.skipped and isinstance(report.longrepr, tuple) and "was asked for but" in str(report.longrepr[2]):
@@ -42,6 +45,8 @@ class Tally:
         for check in checks:
             row = [check.ljust(width)] + [cells.get((check, d), "-").ljust(w) for d, w in zip(devices, columns)]
             write("  ".join(row).rstrip())
+        for nodeid, text in self.notes:
+            write(f"note: {nodeid}: {text}")
         for device, reason in self.absent.items():
             terminalreporter.write_line(f"warning: {reason}: none of its items ran", yellow=True, bold=True)
 

@@ -45,6 +45,7 @@ class CheckContext:
         self.generator = torch.Generator().manual_seed(check_stream_seed(seed))
         self.sample_index = None
         self.dtype = None
+        self.notes = []  # one-line notes: what a user should know that is not a failure (e.g. kinks)
 
     def samples(self):
         """(index, sample) pairs; failures raised meanwhile name the sample."""
@@ -52,6 +53,11 @@ class CheckContext:
             self.sample_index = index
             yield index, sample
         self.sample_index = None
+
+    def note(self, text):
+        """Record something the user should see that is not a failure (shown in the summary, not failed)."""
+        where = f"sample {self.sample_index}: " if self.sample_index is not None else ""
+        self.notes.append(where + text)
 
     def prepare(self, sample, device=None, dtype=None, **kwargs):
         self.dtype = dtype or floating_dtype(sample)

@@ -8,6 +8,7 @@ building a Jacobian.
 import torch
 
 from pytest_autograd.checks._derivatives import (
+    KinkNotes,
     below_float64,
     find_derivative_error,
     low_precision_reason,
@@ -29,6 +30,7 @@ class GradCheck(Check):
 
     def run(self, context):
         low_precision = checked = 0
+        notes = KinkNotes()
         for index, sample in context.samples():
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
@@ -48,8 +50,9 @@ class GradCheck(Check):
 
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
-                **marker_tolerances(context.case),
+                notes=notes, **marker_tolerances(context.case),
             )
+            _record(context, notes)
             if error is not None:
                 context.fail(
                     f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
@@ -60,6 +63,13 @@ class GradCheck(Check):
             from pytest import skip
 
             skip(low_precision_reason(low_precision))
+
+
+def _record(context, notes):
+    """Kinks of this sample become the item's notes (seen by the user, never failed)."""
+    for line in notes.lines:
+        context.note(line)
+    notes.lines.clear()
 
 
 check = GradCheck()
