@@ -130,8 +130,8 @@ def test_one_wrong_element_of_a_large_input_is_found_by_probing(pytester, run_py
         "  check gradcheck, device cpu, dtype float64, sample 0",
         "  output: all outputs, argument: x",
         "  worst element: grad x[[]63, 31[]]: expected * (numerical), got * (analytical)",
-        "  abs error * > tolerance * (3 random directions over all 2048 elements, tolerance atol + 8 x the measured "
-        "finite-difference error; element located in * more probes)",
+        "  abs error * > tolerance * (3 random directions over all 2048 elements; element located in * more probes, "
+        "tolerance atol + rtol * |numerical| + 8 x its measured finite-difference error)",
         "  hint: the analytical gradient is twice the numerical one: a constant factor is off",
     ], consecutive=True)
 

@@ -77,7 +77,7 @@ def projected_difference(cotangents, first, second):
     """``<v, first - second>`` summed over outputs, in float64."""
     total = 0.0
     for v, a, b in zip(cotangents, first, second):
-        total += float((v * (a - b)).sum(dtype=torch.float64))
+        total += float(torch.dot(v.reshape(-1).to(torch.float64), (a - b).reshape(-1).to(torch.float64)))
     return total
 
 

@@ -14,7 +14,8 @@ probe's own finite-difference error, estimated from a second step size
 (half the first). It does not grow with the input size, unlike
 ``rtol * sum|g . d|``. A probe that disagrees is located by group testing:
 a ramp-weighted probe guesses the element, and when the guess does not
-confirm, bisection finds it in about log2(n) probes; the report names it.
+confirm, bisection finds it in about log2(n) probes; the element is then
+judged alone as the exhaustive path would judge it, and the report names it.
 """
 
 import torch
@@ -25,6 +26,7 @@ from pytest_autograd.compare import fmt_index
 
 PROBES = 3  # independent whole-input directions
 NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-difference error
+OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
 
 
 def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes):
@@ -34,10 +36,16 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
         return None
     f0 = [out.detach() for out in outputs]
     g = torch.cat([a.detach().reshape(-1).to(torch.float64) for a in analytical])
-    prober = _Prober(evaluator, f0, cotangents, g, eps)
+    prober = _Prober(evaluator, f0, cotangents, g, eps, atol, rtol)
     probes = [prober.probe(_direction(n, generator, evaluator)) for _ in range(PROBES)]
     if all(abs(p.residual) <= atol for p in probes):  # within atol: no tolerance can be tighter
         return None
+    worst = max(probes, key=lambda p: _magnitude(p.residual))
+    if _magnitude(worst.residual) > OBVIOUS * atol:  # far above any plausible noise: name the element first
+        start = prober.count
+        found = _confirmed(prober, _ramp_guesses(prober, worst.direction, worst.residual), names, notes)
+        if found is not None:
+            return _located(found, prober.count - start, prober.evaluator.numel)
     for p in probes:
         p.measure_noise(prober)
     tolerance = atol + NOISE_FACTOR * max(p.noise for p in probes)
@@ -81,19 +89,19 @@ class _Probe:
 
 
 class _Prober:
-    def __init__(self, evaluator, f0, cotangents, g, eps):
+    def __init__(self, evaluator, f0, cotangents, g, eps, atol, rtol):
         self.evaluator, self.f0, self.cotangents, self.g, self.eps = evaluator, f0, cotangents, g, eps
+        self.atol, self.rtol = atol, rtol
         self.count = 0
 
     def differences(self, direction, eps):
         """Central, right and left differences of <v, fn> along ``direction``."""
         self.count += 1
         step = (eps * direction).to(self.evaluator.dtype)
-        plus = self.evaluator.at_flat(step)
-        minus = self.evaluator.at_flat(-step)
         v = self.cotangents
-        return (projected_difference(v, plus, minus) / (2 * eps), projected_difference(v, plus, self.f0) / eps,
-                projected_difference(v, self.f0, minus) / eps)
+        right = projected_difference(v, self.evaluator.at_flat(step), self.f0) / eps
+        left = projected_difference(v, self.f0, self.evaluator.at_flat(step.neg_())) / eps
+        return (right + left) / 2, right, left
 
     def probe(self, direction):
         central, right, left = self.differences(direction, self.eps)
@@ -106,9 +114,9 @@ class _Prober:
 
 
 def _direction(n, generator, evaluator):
-    signs = torch.randint(0, 2, (n,), generator=generator).to(torch.float64) * 2 - 1
-    magnitudes = 1 + torch.rand(n, generator=generator, dtype=torch.float64)
-    return (signs * magnitudes).to(evaluator.device)
+    """Random signs and magnitudes in [1, 2]: u + sign(u) for u uniform in (-1, 1)."""
+    u = torch.rand(n, generator=generator, dtype=torch.float64).mul_(2).sub_(1)
+    return u.add_(u.sign()).to(evaluator.device)
 
 
 def _magnitude(value):
@@ -119,13 +127,7 @@ def _locate(prober, probe, names, tolerance, notes):
     """The wrong element behind a disagreeing probe: a ramp guess, confirmed, else bisection."""
     n, d = prober.evaluator.numel, probe.direction
     start = prober.count
-    guess = None
-    if probe.residual == probe.residual and probe.residual != 0:
-        ramp = torch.arange(1, n + 1, dtype=torch.float64, device=d.device) / n
-        ratio = prober.probe(d * ramp).residual / probe.residual
-        if ratio == ratio and abs(ratio) < 2:
-            guess = min(max(int(round(ratio * n)) - 1, 0), n - 1)
-    found = _element_error(prober, guess, names, tolerance, notes) if guess is not None else None
+    found = _confirmed(prober, _ramp_guesses(prober, d, probe.residual), names, notes)
     if found is None:
         low, high, residual = 0, n, probe.residual
         while high - low > 1:
@@ -136,11 +138,9 @@ def _locate(prober, probe, names, tolerance, notes):
                 high, residual = middle, left
             else:
                 low, residual = middle, right
-        found = _element_error(prober, low, names, tolerance, notes)
+        found = _element_error(prober, low, names, notes)
     if found is not None:
-        found.strategy = (f"{PROBES} random directions over all {n} elements, tolerance atol + {NOISE_FACTOR:g} x the "
-                          f"measured finite-difference error; element located in {prober.count - start} more probes")
-        return found
+        return _located(found, prober.count - start, n)
     return DerivativeError(
         output="all outputs", argument=", ".join(names), element="g . d for a random direction d over every element",
         expected=probe.central, got=probe.analytical, abs_error=_magnitude(probe.residual), tolerance=tolerance,
@@ -150,14 +150,77 @@ def _locate(prober, probe, names, tolerance, notes):
     )
 
 
-def _element_error(prober, flat, names, tolerance, notes):
-    """A DerivativeError for element ``flat`` of the gradient if it disagrees alone (kinks are noted), else None."""
+def _located(found, probes, n):
+    found.strategy = (f"{PROBES} random directions over all {n} elements; element located in {probes} more probes, "
+                      f"tolerance atol + rtol * |numerical| + {NOISE_FACTOR:g} x its measured finite-difference error")
+    return found
+
+
+def _confirmed(prober, guesses, names, notes):
+    """The first guess confirmed wrong by a probe of that element alone, trying the first and the last guess."""
+    guesses = list(_first_and_last(guesses))
+    for guess in guesses:
+        found = _element_error(prober, guess, names, notes)
+        if found is not None:
+            return found
+    return None
+
+
+def _first_and_last(iterator):
+    first = last = None
+    for item in iterator:
+        if first is None:
+            first = item
+            yield item
+        last = item
+    if last is not None and last != first:
+        yield last
+
+
+def _ramp_guesses(prober, direction, residual, rounds=4):
+    """Where a single wrong element sits, from probes weighted by a ramp over a shrinking window.
+
+    With one wrong element i, the residual along ``direction * w`` is
+    ``w_i`` times the full residual, so ``w_i`` (hence i) is read off their
+    ratio; finite-difference noise limits the precision to a window, which
+    the next ramp, over that window only, resolves. A wrong guess is caught
+    by the confirmation that follows.
+    """
+    if residual != residual or residual == 0:
+        return
+    low, high = 0, prober.evaluator.numel
+    for _ in range(rounds):
+        width = high - low
+        ramp = torch.zeros_like(direction)
+        ramp[low:high] = torch.arange(1, width + 1, dtype=direction.dtype, device=direction.device) / width
+        ratio = prober.probe(direction * ramp).residual / residual
+        if ratio != ratio or not 0 < ratio < 1.5:
+            return
+        guess = min(max(low + int(round(ratio * width)) - 1, low), high - 1)
+        yield guess
+        if width <= 64:
+            return
+        half = max(8, int(width * 2e-3))
+        low, high = max(0, guess - half), min(prober.evaluator.numel, guess + half + 1)
+
+
+def _element_error(prober, flat, names, notes):
+    """A DerivativeError for element ``flat`` of the gradient if it disagrees alone (kinks are noted), else None.
+
+    Judged as the exhaustive path judges an element (atol + rtol * |numerical|),
+    plus its own finite-difference error measured with half the step.
+    """
     evaluator = prober.evaluator
     unit = torch.zeros(evaluator.numel, dtype=torch.float64, device=evaluator.device)
     unit[flat] = 1.0
     central, right, left = prober.differences(unit, prober.eps)
     got = float(prober.g[flat])
     error = abs(got - central) if got == got else float("inf")
+    tolerance = prober.atol + prober.rtol * abs(central)
+    if error <= tolerance:
+        return None
+    noise = abs(central - prober.differences(unit, prober.eps / 2)[0])
+    tolerance += NOISE_FACTOR * (noise if noise == noise else 0.0)
     if error <= tolerance:
         return None
     j, index = evaluator.leaf_of(flat)

@@ -50,7 +50,7 @@ class GradCheck(Check):
 
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
-                notes=notes, **marker_tolerances(context.case),
+                notes=notes, outputs=outputs, **marker_tolerances(context.case),
             )
             _record(context, notes)
             if error is not None:
