@@ -5,6 +5,7 @@ import pytest
 from pytest_autograd.record import test_name
 
 MAX_FAILED_TESTS = 50  # lines listing failing tests; the rest are counted
+MAX_NOTES = 20  # note lines in the table; the rest are counted
 
 
 class Tally:
@@ -15,11 +16,14 @@ class Tally:
         self.order = list(order)  # registry order, so rows read the same under xdist
         self.absent = {}  # device -> reason, for devices asked for but not available
         self.failed = {}  # test -> [check-device, ...] of its failed items, in order
+        self.notes = []  # (nodeid, note) from checks that passed or skipped with something to say
 
     def pytest_runtest_logreport(self, report):
         key = dict(report.user_properties).get("autograd")
         if key is None:
             return
+        if report.when == "call":
+            self.notes.extend((report.nodeid, text) for name, text in report.user_properties if name == "autograd_note")
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             check, device = key.split("|", 1)
             if report.skipped and isinstance(report.longrepr, tuple) and "was asked for but" in str(report.longrepr[2]):
@@ -50,6 +54,11 @@ class Tally:
         for check in checks:
             row = [check.ljust(width)] + [cells.get((check, d), "-").ljust(w) for d, w in zip(devices, columns)]
             write("  ".join(row).rstrip())
+        for nodeid, text in self.notes[:MAX_NOTES]:
+            write(f"note: {nodeid}: {text}")
+        if len(self.notes) > MAX_NOTES:
+            write(f"... and {len(self.notes) - MAX_NOTES} more notes (all of them in the warnings summary and "
+                  "--autograd-json)")
         self._write_failed(write)
         for device, reason in self.absent.items():
             terminalreporter.write_line(f"warning: {reason}: none of its items ran", yellow=True, bold=True)

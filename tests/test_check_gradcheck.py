@@ -121,8 +121,8 @@ def test_correct_relu_passes(pytester, run_pytest):
 
 
 def test_one_wrong_element_of_a_large_input_is_found_by_probing(pytester, run_pytest):
-    # 64 x 32 = 2048 elements: above the full-Jacobian limit, so probes are used;
-    # the last element is one of the coordinates always probed.
+    # 64 x 32 = 2048 elements: above the full-Jacobian limit, so whole-input random
+    # directions are used, and group testing names the one wrong element.
     result = run_gradcheck(pytester, run_pytest, "CubeWrongAtOneElement", "[(torch.randn(64, 32),)]")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
@@ -130,7 +130,8 @@ def test_one_wrong_element_of_a_large_input_is_found_by_probing(pytester, run_py
         "  check gradcheck, device cpu, dtype float64, sample 0",
         "  output: all outputs, argument: x",
         "  worst element: grad x[[]63, 31[]]: expected * (numerical), got * (analytical)",
-        "  abs error * > tolerance * (probed element along a random cotangent)",
+        "  abs error * > tolerance * (3 random directions over all 2048 elements; element located in * more probes, "
+        "tolerance atol + rtol * |numerical| + 8 x its measured finite-difference error)",
         "  hint: the analytical gradient is twice the numerical one: a constant factor is off",
     ], consecutive=True)
 

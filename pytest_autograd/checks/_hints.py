@@ -16,6 +16,10 @@ def derivative_hint(error, has_backward=True):
     if "not linear in grad_output" in error.strategy:
         return ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale "
                 "with grad_output, including negative values")
+    if "kink element moved together" in error.strategy:
+        return ("the gradients of tied elements add up to more (or less) than the derivative along them: a tie rule "
+                "that gives every tied element the full gradient; share it (divide by the number of ties) or give "
+                "it to one of them")
     if not math.isfinite(got):
         return ("backward produced inf/NaN where the numerical derivative is finite: sqrt, pow or log of a saved "
                 "value at 0 (d sqrt(y)/dy is inf there), or the torch.where gradient trap (the discarded branch's "

@@ -15,7 +15,6 @@ multiply). Then it does the same to the op's floating inputs (those that
 are not outputs or views of one), which must not change the gradients at all.
 """
 
-import torch
 
 from pytest_autograd.checks._hygiene import call_with, shares_storage, tensor_arguments
 from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators

@@ -48,19 +48,23 @@ class CheckContext:
         self.dtype = None
         self.notes = []  # what a user should know that is not a failure (shown on passing items)
 
-    def note(self, text):
-        if text not in self.notes:
-            self.notes.append(text)
-            from pytest_autograd.notes import note
-
-            note(text)
-
     def samples(self):
         """(index, sample) pairs; failures raised meanwhile name the sample."""
         for index, sample in enumerate(self.case.samples):
             self.sample_index = index
             yield index, sample
         self.sample_index = None
+
+    def note(self, text):
+        """Record something the user should see that is not a failure: never failed, shown in the summary,
+        the item's report section, the warnings summary and its JSON record."""
+        where = f"sample {self.sample_index}: " if self.sample_index is not None else ""
+        text = where + text
+        if text not in self.notes:
+            self.notes.append(text)
+            from pytest_autograd.notes import note
+
+            note(text)
 
     def prepare(self, sample, device=None, dtype=None, **kwargs):
         self.dtype = dtype or floating_dtype(sample)

@@ -24,7 +24,6 @@ from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import dtype_label
 from pytest_autograd.execution import (
     OpRaised,
-    floating_dtype,
     grads_of,
     has_floating_input,
     random_cotangents,

@@ -10,7 +10,7 @@ building a Jacobian.
 
 import torch
 
-from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
+from pytest_autograd.checks._derivatives import KinkNotes, find_derivative_error, marker_tolerances
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks._low_precision import judge_first_derivatives
@@ -30,6 +30,7 @@ class GradCheck(Check):
         return surrogate_reason(case, self.name)
 
     def run(self, context):
+        notes = KinkNotes()
         for index, sample in context.samples():
             plan = float64_plan(context, sample)
             if plan is not None:
@@ -48,8 +49,9 @@ class GradCheck(Check):
 
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
-                **marker_tolerances(context.case),
+                notes=notes, outputs=outputs, **marker_tolerances(context.case),
             )
+            _record(context, notes)
             if error is not None:
                 context.fail(
                     f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
@@ -58,6 +60,13 @@ class GradCheck(Check):
                     hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error) else
                           derivative_hint(error, has_backward=context.case.is_function)),
                 )
+
+
+def _record(context, notes):
+    """Kinks of this sample become the item's notes (seen by the user, never failed)."""
+    for line in notes.lines:
+        context.note(line)
+    notes.lines.clear()
 
 
 check = GradCheck()

@@ -12,7 +12,7 @@ import torch
 
 from pytest_autograd.backward_only import SECOND_DERIVATIVE_REASON, only_backward_works
 from pytest_autograd.case import is_once_differentiable
-from pytest_autograd.checks._derivatives import find_derivative_error, marker_tolerances
+from pytest_autograd.checks._derivatives import KinkNotes, find_derivative_error, marker_tolerances
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._low_precision import judge_second_derivatives
 from pytest_autograd.checks._second_derivative_hints import (
@@ -55,6 +55,7 @@ class GradGradCheck(Check):
         return None
 
     def run(self, context):
+        notes = KinkNotes()
         for index, sample in context.samples():
             plan = float64_plan(context, sample)
             if plan is not None:
@@ -75,25 +76,30 @@ class GradGradCheck(Check):
             first_grads_require_grad = []
             declared_once = []  # an @once_differentiable part inside the op (e.g. a plain function calling one)
 
-            def backward(leaves):
+            def backward(leaves, create_graph=True):
                 inputs, cotangents = leaves[:n_inputs], leaves[n_inputs:]
                 outs = context.run_op(prepared, inputs)
                 pairs = [(outs[k], c) for k, c in zip(differentiable, cotangents) if outs[k].requires_grad]
                 try:
                     grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
-                                                create_graph=True, allow_unused=True)
+                                                create_graph=create_graph, allow_unused=True)
                 except Exception as error:
                     raise OpRaised("backward", error) from error
-                first_grads_require_grad.append([g is not None and g.requires_grad for g in grads])
-                declared_once.append(any(_reaches_error_node(g) for g in grads if g is not None))
+                if create_graph:
+                    first_grads_require_grad.append([g is not None and g.requires_grad for g in grads])
+                    declared_once.append(any(_reaches_error_node(g) for g in grads if g is not None))
                 return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
 
             try:
                 error = find_derivative_error(
                     backward, prepared.leaves + cotangent_leaves, leaf_names,
                     [f"grad {name}" for name in prepared.names], context.generator,
-                    numerical_needs_grad=True, **marker_tolerances(context.case),
+                    numerical_needs_grad=True, numerical_fn=lambda leaves: backward(leaves, create_graph=False),
+                    notes=notes, **marker_tolerances(context.case),
                 )
+                for line in notes.lines:
+                    context.note(line)
+                notes.lines.clear()
             except OpRaised as raised:
                 if only_backward_works(raised.error):
                     from pytest import skip

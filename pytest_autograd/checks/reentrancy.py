@@ -10,7 +10,6 @@ exactly that and compares every output and gradient with isolated runs of
 the same calls.
 """
 
-import torch
 
 from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
 from pytest_autograd.checks.base import Check

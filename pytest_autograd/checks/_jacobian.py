@@ -1,0 +1,231 @@
+"""The exhaustive strategy for small inputs: the full Jacobian both ways, every element.
+
+Numerically: two evaluations per input element, kept as right/left one-sided
+columns so that kinks can be told from bugs. Analytically: one batched
+backward over the whole basis of the outputs (``is_grads_batched``), or one
+backward per output element when the op's backward cannot be batched.
+"""
+
+import warnings
+
+import torch
+
+from pytest_autograd.checks._kinks import jump_mask, kink_mask
+from pytest_autograd.checks._numerical import DerivativeError, index_label, pick, worst_of
+from pytest_autograd.compare import fmt_index
+from pytest_autograd.evidence import Evidence
+from pytest_autograd.execution import grads_of
+
+JUMP_COLUMNS = 256  # mismatching input elements re-measured with half the step
+
+
+def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, analytical, atol, rtol, eps, notes):
+    """The worst DerivativeError over every Jacobian element, or None; kinks go to ``notes``."""
+    f0 = [out.detach() for out in outputs]
+    central, right, left = _numerical_jacobians(evaluator, f0, eps)
+    rows = _analytical_jacobians(outputs, evaluator.base, leaves, cotangents, analytical)
+    worst = None
+    kinks = [kink_mask(central[k], right[k], left[k], rows[k], atol, rtol) for k in range(len(outputs))]
+    jumps = _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps)
+    for k, output in enumerate(outputs):
+        mask = kinks[k] | jumps[k]
+        for j, name in enumerate(names):
+            a, b = evaluator.offsets[j], evaluator.offsets[j + 1]
+            num, ana = central[k][:, a:b], rows[k][:, a:b]
+            candidate = worst_of(num, ana, atol, rtol, excluded=mask[:, a:b])
+            if candidate is None:
+                continue
+            (r, e), expected, got, error, tolerance = candidate
+            worst = pick(worst, DerivativeError(
+                output=output_names[k], argument=name,
+                element=f"d {output_names[k]}{index_label(r, output.shape)} / d {name}{index_label(e, evaluator.base[j].shape)}",
+                expected=expected, got=got, abs_error=error, tolerance=tolerance, strategy="full Jacobian",
+                argument_grad_all_zero=bool((ana == 0).all()), numerical_nonzero=bool((num != 0).any()),
+                evidence=[Evidence.of(f"d {output_names[k]} / d {name}", num, ana, (r, e), kind="jacobian")],
+            ))
+    if worst is not None:
+        return worst
+    _note_kinks(kinks, central, right, left, rows, outputs, output_names, evaluator, names, notes, notes.add)
+    _note_kinks(jumps, central, right, left, rows, outputs, output_names, evaluator, names, notes, notes.add_jump)
+    if any(bool(mask.any()) for mask in kinks):
+        worst = _tied_direction(evaluator, f0, kinks, rows, outputs, output_names, names, cotangents, atol, rtol, eps)
+        if worst is not None:
+            return worst
+    judged = torch.zeros(evaluator.numel, dtype=torch.bool, device=evaluator.device)
+    for kink, jump in zip(kinks, jumps):
+        judged |= (kink | jump).any(dim=0)
+    return _random_cotangent(evaluator, central, right, left, cotangents, analytical, names, atol, rtol, judged)
+
+
+def _numerical_jacobians(evaluator, f0, eps):
+    """Per output: central, right and left difference Jacobians, (numel_out, numel_in) each."""
+    n = evaluator.numel
+    central = [torch.zeros(o.numel(), n, dtype=o.dtype, device=o.device) for o in f0]
+    right = [torch.zeros_like(c) for c in central]
+    left = [torch.zeros_like(c) for c in central]
+    for j, base in enumerate(evaluator.base):
+        for e in range(base.numel()):
+            # torch.zeros, not zeros_like: a channels-last leaf gives a non-contiguous zeros_like.
+            step = torch.zeros(base.numel(), dtype=base.dtype, device=base.device)
+            step[e] = eps
+            steps = [None] * len(evaluator.base)
+            steps[j] = step.view(base.shape)
+            plus = evaluator.at(steps)
+            steps[j] = -steps[j]
+            minus = evaluator.at(steps)
+            column = evaluator.offsets[j] + e
+            for k, (p, m, o) in enumerate(zip(plus, minus, f0)):
+                p, m, o = p.reshape(-1), m.reshape(-1), o.reshape(-1)
+                central[k][:, column] = (p - m) / (2 * eps)
+                right[k][:, column] = (p - o) / eps
+                left[k][:, column] = (o - m) / eps
+    return central, right, left
+
+
+def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps):
+    """Masks of mismatches (not kinks) where a one-sided difference grows like 1/eps: half steps, those columns only."""
+    masks = [torch.zeros_like(kink) for kink in kinks]
+    suspects = torch.zeros(evaluator.numel, dtype=torch.bool, device=evaluator.device)
+    for k, kink in enumerate(kinks):
+        mismatch = (central[k] - rows[k]).abs() > atol + rtol * central[k].abs()
+        suspects |= (mismatch & ~kink).any(dim=0)
+    columns = suspects.nonzero().flatten().tolist()[:JUMP_COLUMNS]
+    for column in columns:
+        j, _ = evaluator.leaf_of(column)
+        step = torch.zeros(evaluator.numel, dtype=evaluator.dtype, device=evaluator.device)
+        step[column] = eps / 2
+        plus, minus = evaluator.at_flat(step), evaluator.at_flat(-step)
+        for k, (p, m, o) in enumerate(zip(plus, minus, f0)):
+            p, m, o = p.reshape(-1), m.reshape(-1), o.reshape(-1)
+            tolerance = atol + rtol * central[k][:, column].abs()
+            masks[k][:, column] = jump_mask(right[k][:, column], left[k][:, column], (p - o) / (eps / 2),
+                                            (o - m) / (eps / 2), tolerance) & ~kinks[k][:, column]
+    return masks
+
+
+def _analytical_jacobians(outputs, bases, leaves, cotangents, analytical):
+    """Per output: the analytical Jacobian (numel_out, numel_in), by one batched backward when possible."""
+    rows = _batched_rows(outputs, leaves, cotangents, analytical)
+    if rows is not None:
+        return rows
+    rows = [torch.zeros(o.numel(), sum(b.numel() for b in bases), dtype=o.dtype, device=o.device) for o in outputs]
+    for k, output in enumerate(outputs):
+        for r in range(output.numel()):
+            # Contiguous, so that the flat view works for non-contiguous outputs (a transpose, a permute).
+            basis = [torch.zeros(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
+            basis[k].view(-1)[r] = 1.0
+            grads = grads_of(outputs, leaves, basis, retain_graph=True)
+            rows[k][r] = torch.cat([g.detach().reshape(-1) for g in grads]) if grads else rows[k][r]
+    return rows
+
+
+def _batched_rows(outputs, leaves, cotangents, analytical):
+    """All basis backwards in one ``is_grads_batched`` call; None when the backward cannot be batched.
+
+    The result is trusted only if its rows, weighted by the random cotangent,
+    add up to the plain backward along that cotangent.
+    """
+    pairs = [(k, o) for k, o in enumerate(outputs) if o.requires_grad]
+    total = sum(o.numel() for o in outputs)
+    if not pairs or total == 0 or not leaves:
+        return None
+    eye = torch.eye(total, dtype=outputs[0].dtype, device=outputs[0].device)
+    starts = [0]
+    for o in outputs:
+        starts.append(starts[-1] + o.numel())
+    batched = [eye[:, starts[k]:starts[k + 1]].reshape(total, *o.shape).to(o.dtype) for k, o in pairs]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grads = torch.autograd.grad([o for _, o in pairs], leaves, batched, retain_graph=True,
+                                        allow_unused=True, is_grads_batched=True)
+    except Exception:  # noqa: BLE001 - any refusal means: fall back to one backward per row
+        return None
+    flat = torch.cat([torch.zeros(total, leaf.numel(), dtype=leaf.dtype, device=leaf.device) if g is None
+                      else g.detach().reshape(total, -1) for leaf, g in zip(leaves, grads)], dim=1)
+    v = torch.cat([c.reshape(-1) if c is not None else torch.zeros(o.numel(), dtype=o.dtype, device=o.device)
+                   for c, o in zip(cotangents, outputs)])
+    expected = torch.cat([a.detach().reshape(-1) for a in analytical])
+    if not torch.allclose(v @ flat, expected, rtol=1e-7, atol=1e-9, equal_nan=True):
+        return None
+    return [flat[starts[k]:starts[k + 1]] for k in range(len(outputs))]
+
+
+def _note_kinks(kinks, central, right, left, rows, outputs, output_names, evaluator, names, notes, add):
+    count = sum(int(mask.sum()) for mask in kinks)
+    if not count:
+        return
+    for k, mask in enumerate(kinks):
+        if mask.any():
+            r, c = (int(i) for i in mask.nonzero()[0])
+            j, index = evaluator.leaf_of(c)
+            example = f"d {output_names[k]}{index_label(r, outputs[k].shape)} / d {names[j]}{fmt_index(index)}"
+            add(count, example, float(left[k][r, c]), float(right[k][r, c]), float(rows[k][r, c]))
+            return
+
+
+def _tied_direction(evaluator, f0, kinks, rows, outputs, output_names, names, cotangents, atol, rtol, eps):
+    """Move every kink element at once: where that direction is smooth, the gradients must add up.
+
+    For max with k tied values, each tied element alone is a kink (right
+    derivative 1, left 0), so a backward giving each of them the full
+    gradient passes element by element; moving all of them together changes
+    the max at rate exactly 1, which such a backward gets k times too large.
+    """
+    columns = torch.zeros(evaluator.numel, dtype=torch.bool, device=evaluator.device)
+    for mask in kinks:
+        columns |= mask.any(dim=0)
+    direction = columns.to(evaluator.dtype)
+    plus = evaluator.at_flat(eps * direction)
+    minus = evaluator.at_flat(-eps * direction)
+    half_plus = evaluator.at_flat(eps / 2 * direction)
+    half_minus = evaluator.at_flat(-eps / 2 * direction)
+    moved = int(columns.sum())
+    worst = None
+    for k, output in enumerate(outputs):
+        p, m, o = plus[k].reshape(-1), minus[k].reshape(-1), f0[k].reshape(-1)
+        central, right, left = (p - m) / (2 * eps), (p - o) / eps, (o - m) / eps
+        half = (half_plus[k].reshape(-1) - half_minus[k].reshape(-1)) / eps
+        analytical = rows[k] @ direction
+        tolerance = atol + rtol * central.abs()
+        smooth = ((right - left).abs() <= tolerance) & ((half - central).abs() <= tolerance)
+        candidate = worst_of(central, analytical, atol, rtol, excluded=~smooth)
+        if candidate is None:
+            continue
+        (r,), expected, got, error, tol = candidate
+        j = next(j for j in range(len(names)) if columns[evaluator.offsets[j]:evaluator.offsets[j + 1]].any())
+        worst = pick(worst, DerivativeError(
+            output=output_names[k], argument=names[j],
+            element=f"d {output_names[k]}{index_label(r, output.shape)} along all {moved} kink elements moved together",
+            expected=expected, got=got, abs_error=error, tolerance=tol,
+            strategy="every kink element moved together, a direction where the left and right derivatives agree: "
+                     "the gradients of tied elements must add up to it",
+            argument_grad_all_zero=False, numerical_nonzero=expected != 0.0,
+        ))
+    return worst
+
+
+def _random_cotangent(evaluator, central, right, left, cotangents, analytical, names, atol, rtol, judged):
+    """Jacobians agree on the basis; now the sign-mixed random cotangent (linearity in grad_output)."""
+    v = [c.reshape(-1) for c in cotangents]
+    num = sum(vk @ c for vk, c in zip(v, central))
+    num_right = sum(vk @ c for vk, c in zip(v, right))
+    num_left = sum(vk @ c for vk, c in zip(v, left))
+    ana = torch.cat([a.detach().reshape(-1) for a in analytical])
+    kinks = kink_mask(num, num_right, num_left, ana, atol, rtol) | judged  # kinks and jumps were noted above
+    worst = None
+    for j, name in enumerate(names):
+        a, b = evaluator.offsets[j], evaluator.offsets[j + 1]
+        candidate = worst_of(num[a:b, None], ana[a:b, None], atol, rtol, excluded=kinks[a:b, None])
+        if candidate is None:
+            continue
+        (e, _), expected, got, error, tolerance = candidate
+        worst = pick(worst, DerivativeError(
+            output="all outputs", argument=name, element=f"grad {name}{index_label(e, evaluator.base[j].shape)}",
+            expected=expected, got=got, abs_error=error, tolerance=tolerance,
+            strategy="random sign-mixed cotangent; the Jacobian itself matched, so backward is "
+                     "not linear in grad_output (e.g. right only for positive grad_outputs)",
+            argument_grad_all_zero=bool((ana[a:b] == 0).all()), numerical_nonzero=bool((num[a:b] != 0).any()),
+        ))
+    return worst
+

@@ -1,0 +1,123 @@
+"""Evaluating ``fn(leaves)`` at moved leaves, and the error record both derivative strategies report.
+
+Every leaf is one flat stretch of a single global index space, so a
+direction can move one element, one leaf, or every leaf at once; results
+are projected on a cotangent only after subtracting two evaluations output
+by output, so the cancellation happens per element (exactly), not in a sum
+of a million terms.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from pytest_autograd.compare import fmt, fmt_index
+
+
+@dataclass
+class DerivativeError:
+    output: str
+    argument: str
+    element: str
+    expected: float
+    got: float
+    abs_error: float
+    tolerance: float
+    strategy: str
+    argument_grad_all_zero: bool
+    numerical_nonzero: bool
+    evidence: list = field(default_factory=list)  # the Jacobians behind it, for failure pictures
+
+    def worst(self):
+        return f"{self.element}: expected {fmt(self.expected)} (numerical), got {fmt(self.got)} (analytical)"
+
+    def error_line(self):
+        return f"abs error {fmt(self.abs_error)} > tolerance {fmt(self.tolerance)} ({self.strategy})"
+
+
+class Evaluator:
+    """``fn`` at ``leaves + step``, where a step is a flat tensor over all leaves (or per-leaf parts)."""
+
+    def __init__(self, fn, leaves, diff, needs_grad):
+        self.fn, self.diff, self.needs_grad = fn, diff, needs_grad
+        self.base = [leaf.detach() for leaf in leaves]
+        self.sizes = [b.numel() for b in self.base]
+        self.offsets = [0]
+        for size in self.sizes:
+            self.offsets.append(self.offsets[-1] + size)
+        self.numel = self.offsets[-1]
+        self.dtype = self.base[0].dtype if self.base else torch.float64
+        self.device = self.base[0].device if self.base else torch.device("cpu")
+
+    def split(self, flat):
+        """Per-leaf views of a flat vector over all leaves."""
+        return [flat[a:b].view(base.shape) for base, a, b in zip(self.base, self.offsets[:-1], self.offsets[1:])]
+
+    def leaf_of(self, flat_index):
+        """(leaf number, index tuple in that leaf) of a global flat index."""
+        for j, (a, b) in enumerate(zip(self.offsets[:-1], self.offsets[1:])):
+            if a <= flat_index < b:
+                return j, unravel(flat_index - a, self.base[j].shape)
+        raise IndexError(flat_index)
+
+    def at(self, steps):
+        """Detached floating outputs at ``leaves + steps`` (``steps``: per-leaf tensors or None)."""
+        moved = [base if step is None else base + step for base, step in zip(self.base, steps)]
+        with torch.set_grad_enabled(self.needs_grad):
+            if self.needs_grad:
+                moved = [m.detach().requires_grad_(True) for m in moved]
+            outputs = self.fn(moved)
+        return [outputs[k].detach() for k in self.diff]
+
+    def at_flat(self, flat_step):
+        return self.at(self.split(flat_step))
+
+
+def projected_difference(cotangents, first, second):
+    """``<v, first - second>`` summed over outputs, in float64."""
+    total = 0.0
+    for v, a, b in zip(cotangents, first, second):
+        total += float(torch.dot(v.reshape(-1).to(torch.float64), (a - b).reshape(-1).to(torch.float64)))
+    return total
+
+
+def pick(current, candidate):
+    """The worse of two DerivativeErrors (by error over tolerance)."""
+    if candidate is None:
+        return current
+    if current is None:
+        return candidate
+    ratio = lambda d: d.abs_error / max(d.tolerance, 1e-300)  # noqa: E731
+    return candidate if ratio(candidate) > ratio(current) else current
+
+
+def worst_of(numerical, analytical, atol, rtol, excluded=None):
+    """Worst element of ``numerical`` vs ``analytical`` over the tolerance, or None.
+
+    ``excluded`` (a bool mask) marks elements judged elsewhere (kinks).
+    """
+    if numerical.numel() == 0:
+        return None
+    error = (numerical - analytical).abs()
+    error = torch.where(error.isnan(), torch.full_like(error, math.inf), error)
+    tolerance = atol + rtol * numerical.abs()
+    ratio = error / tolerance
+    if excluded is not None:
+        ratio = torch.where(excluded, torch.zeros_like(ratio), ratio)
+    flat = int(torch.argmax(ratio))
+    if not bool(ratio.view(-1)[flat] > 1):
+        return None
+    position = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), numerical.shape))
+    return position, float(numerical[position]), float(analytical[position]), float(error[position]), \
+        float(tolerance[position])
+
+
+def unravel(flat, shape):
+    if len(shape) == 0:
+        return ()
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape)))
+
+
+def index_label(flat, shape):
+    return fmt_index(unravel(flat, shape))

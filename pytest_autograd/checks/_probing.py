@@ -1,0 +1,237 @@
+"""The probing strategy for inputs too large for the full Jacobian.
+
+One backward along a random cotangent ``v`` gives ``g = J^T v``. Each probe
+moves every element of every argument at once along a random direction
+``d`` (random signs, magnitudes in [1, 2]) and compares ``g . d`` with the
+central difference of ``<v, fn>``. A single wrong element of ``g`` changes
+``g . d`` by its error times ``|d_i| >= 1``, whatever the input size, so it
+is caught whenever that error exceeds the tolerance; several elements wrong
+together (a slice, a tile, an edge) cancel only with small probability,
+smaller with each independent probe.
+
+The tolerance is measured, not assumed: ``atol`` plus a multiple of the
+probe's own finite-difference error, estimated from a second step size
+(half the first). It does not grow with the input size, unlike
+``rtol * sum|g . d|``. A probe that disagrees is located by group testing:
+a ramp-weighted probe guesses the element, and when the guess does not
+confirm, bisection finds it in about log2(n) probes; the element is then
+judged alone as the exhaustive path would judge it, and the report names it.
+"""
+
+import torch
+
+from pytest_autograd.checks._kinks import kink_mask
+from pytest_autograd.checks._numerical import DerivativeError, projected_difference
+from pytest_autograd.compare import fmt_index
+
+PROBES = 3  # independent whole-input directions
+NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-difference error
+OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
+
+
+def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes):
+    """The worst DerivativeError found by whole-input probes, or None."""
+    n = evaluator.numel
+    if n == 0:
+        return None
+    f0 = [out.detach() for out in outputs]
+    g = torch.cat([a.detach().reshape(-1).to(torch.float64) for a in analytical])
+    prober = _Prober(evaluator, f0, cotangents, g, eps, atol, rtol)
+    probes = [prober.probe(_direction(n, generator, evaluator)) for _ in range(PROBES)]
+    if all(abs(p.residual) <= atol for p in probes):  # within atol: no tolerance can be tighter
+        return None
+    worst = max(probes, key=lambda p: _magnitude(p.residual))
+    if _magnitude(worst.residual) > OBVIOUS * atol:  # far above any plausible noise: name the element first
+        start = prober.count
+        found = _confirmed(prober, _ramp_guesses(prober, worst.direction, worst.residual), names, notes)
+        if found is not None:
+            return _located(found, prober.count - start, prober.evaluator.numel)
+    for p in probes:
+        p.measure_noise(prober)
+    tolerance = atol + NOISE_FACTOR * max(p.noise for p in probes)
+    failing = sorted((p for p in probes if not abs(p.residual) <= tolerance), key=lambda p: -_magnitude(p.residual))
+    for p in failing:
+        if p.at_kink(tolerance):
+            if notes is not None:
+                notes.add_probe(", ".join(f"`{name}`" for name in names), p.left, p.right, p.analytical)
+            continue
+        return _locate(prober, p, names, tolerance, notes)
+    return None
+
+
+class _Probe:
+    """One direction: analytical ``g . d`` against central (and one-sided) differences."""
+
+    def __init__(self, direction, analytical, central, right, left):
+        self.direction, self.analytical = direction, analytical
+        self.central, self.right, self.left = central, right, left
+        self.residual = analytical - central
+        self.noise = 0.0
+        self.half = None  # (central, right, left) at eps / 2
+
+    def measure_noise(self, prober):
+        self.half = prober.differences(self.direction, prober.eps / 2)
+        self.noise = abs(self.central - self.half[0])
+        if self.noise != self.noise:  # NaN: the op is not finite around the point; judge by atol alone
+            self.noise = 0.0
+
+    def at_kink(self, tolerance):
+        """Both step sizes bracket the analytical value, and the one-sided gap does not shrink with the step.
+
+        A smooth op's one-sided gap is curvature times the step, so halving
+        the step halves it; at a kink it stays.
+        """
+        central, right, left = self.half
+        gap, half_gap = abs(self.right - self.left), abs(right - left)
+        bracketed = all(min(r, l) - tolerance <= self.analytical <= max(r, l) + tolerance
+                        for r, l in ((self.right, self.left), (right, left)))
+        return bracketed and gap > 2 * tolerance and half_gap > 0.75 * gap
+
+
+class _Prober:
+    def __init__(self, evaluator, f0, cotangents, g, eps, atol, rtol):
+        self.evaluator, self.f0, self.cotangents, self.g, self.eps = evaluator, f0, cotangents, g, eps
+        self.atol, self.rtol = atol, rtol
+        self.count = 0
+
+    def differences(self, direction, eps):
+        """Central, right and left differences of <v, fn> along ``direction``."""
+        self.count += 1
+        step = (eps * direction).to(self.evaluator.dtype)
+        v = self.cotangents
+        right = projected_difference(v, self.evaluator.at_flat(step), self.f0) / eps
+        left = projected_difference(v, self.f0, self.evaluator.at_flat(step.neg_())) / eps
+        return (right + left) / 2, right, left
+
+    def probe(self, direction):
+        central, right, left = self.differences(direction, self.eps)
+        return _Probe(direction, float(self.g @ direction), central, right, left)
+
+    def residual_on(self, direction, start, stop):
+        part = torch.zeros_like(direction)
+        part[start:stop] = direction[start:stop]
+        return self.probe(part).residual
+
+
+def _direction(n, generator, evaluator):
+    """Random signs and magnitudes in [1, 2]: u + sign(u) for u uniform in (-1, 1)."""
+    u = torch.rand(n, generator=generator, dtype=torch.float64).mul_(2).sub_(1)
+    return u.add_(u.sign()).to(evaluator.device)
+
+
+def _magnitude(value):
+    return float("inf") if value != value else abs(value)
+
+
+def _locate(prober, probe, names, tolerance, notes):
+    """The wrong element behind a disagreeing probe: a ramp guess, confirmed, else bisection."""
+    n, d = prober.evaluator.numel, probe.direction
+    start = prober.count
+    found = _confirmed(prober, _ramp_guesses(prober, d, probe.residual), names, notes)
+    if found is None:
+        low, high, residual = 0, n, probe.residual
+        while high - low > 1:
+            middle = (low + high) // 2
+            left = prober.residual_on(d, low, middle)
+            right = residual - left
+            if _magnitude(left) >= _magnitude(right):
+                high, residual = middle, left
+            else:
+                low, residual = middle, right
+        found = _element_error(prober, low, names, notes)
+    if found is not None:
+        return _located(found, prober.count - start, n)
+    return DerivativeError(
+        output="all outputs", argument=", ".join(names), element="g . d for a random direction d over every element",
+        expected=probe.central, got=probe.analytical, abs_error=_magnitude(probe.residual), tolerance=tolerance,
+        strategy=f"{PROBES} random directions over all {n} elements, tolerance atol + {NOISE_FACTOR:g} x the measured "
+                 "finite-difference error; no single element explains the disagreement (errors spread over many)",
+        argument_grad_all_zero=False, numerical_nonzero=probe.central != 0,
+    )
+
+
+def _located(found, probes, n):
+    found.strategy = (f"{PROBES} random directions over all {n} elements; element located in {probes} more probes, "
+                      f"tolerance atol + rtol * |numerical| + {NOISE_FACTOR:g} x its measured finite-difference error")
+    return found
+
+
+def _confirmed(prober, guesses, names, notes):
+    """The first guess confirmed wrong by a probe of that element alone, trying the first and the last guess."""
+    guesses = list(_first_and_last(guesses))
+    for guess in guesses:
+        found = _element_error(prober, guess, names, notes)
+        if found is not None:
+            return found
+    return None
+
+
+def _first_and_last(iterator):
+    first = last = None
+    for item in iterator:
+        if first is None:
+            first = item
+            yield item
+        last = item
+    if last is not None and last != first:
+        yield last
+
+
+def _ramp_guesses(prober, direction, residual, rounds=4):
+    """Where a single wrong element sits, from probes weighted by a ramp over a shrinking window.
+
+    With one wrong element i, the residual along ``direction * w`` is
+    ``w_i`` times the full residual, so ``w_i`` (hence i) is read off their
+    ratio; finite-difference noise limits the precision to a window, which
+    the next ramp, over that window only, resolves. A wrong guess is caught
+    by the confirmation that follows.
+    """
+    if residual != residual or residual == 0:
+        return
+    low, high = 0, prober.evaluator.numel
+    for _ in range(rounds):
+        width = high - low
+        ramp = torch.zeros_like(direction)
+        ramp[low:high] = torch.arange(1, width + 1, dtype=direction.dtype, device=direction.device) / width
+        ratio = prober.probe(direction * ramp).residual / residual
+        if ratio != ratio or not 0 < ratio < 1.5:
+            return
+        guess = min(max(low + int(round(ratio * width)) - 1, low), high - 1)
+        yield guess
+        if width <= 64:
+            return
+        half = max(8, int(width * 2e-3))
+        low, high = max(0, guess - half), min(prober.evaluator.numel, guess + half + 1)
+
+
+def _element_error(prober, flat, names, notes):
+    """A DerivativeError for element ``flat`` of the gradient if it disagrees alone (kinks are noted), else None.
+
+    Judged as the exhaustive path judges an element (atol + rtol * |numerical|),
+    plus its own finite-difference error measured with half the step.
+    """
+    evaluator = prober.evaluator
+    unit = torch.zeros(evaluator.numel, dtype=torch.float64, device=evaluator.device)
+    unit[flat] = 1.0
+    central, right, left = prober.differences(unit, prober.eps)
+    got = float(prober.g[flat])
+    error = abs(got - central) if got == got else float("inf")
+    tolerance = prober.atol + prober.rtol * abs(central)
+    if error <= tolerance:
+        return None
+    noise = abs(central - prober.differences(unit, prober.eps / 2)[0])
+    tolerance += NOISE_FACTOR * (noise if noise == noise else 0.0)
+    if error <= tolerance:
+        return None
+    j, index = evaluator.leaf_of(flat)
+    as_tensor = lambda x: torch.tensor([x], dtype=torch.float64)  # noqa: E731
+    if bool(kink_mask(as_tensor(central), as_tensor(right), as_tensor(left), as_tensor(got), tolerance, 0.0)[0]):
+        if notes is not None:
+            notes.add(1, f"grad {names[j]}{fmt_index(index)}", left, right, got)
+        return None
+    a, b = evaluator.offsets[j], evaluator.offsets[j + 1]
+    return DerivativeError(
+        output="all outputs", argument=names[j], element=f"grad {names[j]}{fmt_index(index)}",
+        expected=central, got=got, abs_error=error, tolerance=tolerance, strategy="",
+        argument_grad_all_zero=bool((prober.g[a:b] == 0).all()), numerical_nonzero=central != 0.0,
+    )
