@@ -94,7 +94,7 @@ class GradGradCheck(Check):
                 error = find_derivative_error(
                     backward, prepared.leaves + cotangent_leaves, leaf_names,
                     [f"grad {name}" for name in prepared.names], context.generator,
-                    numerical_needs_grad=True, numerical_fn=lambda leaves: backward(leaves, create_graph=False),
+                    numerical_needs_grad=True,
                     notes=notes, **marker_tolerances(context.case),
                 )
                 for line in notes.lines:
