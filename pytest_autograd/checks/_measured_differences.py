@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from pytest_autograd.checks._derivatives import DerivativeError
+from pytest_autograd.checks._numerical import DerivativeError, pick
 from pytest_autograd.compare import dtype_label, fmt, fmt_index
 from pytest_autograd.execution import grads_of, random_cotangents
 
@@ -66,7 +66,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
                 if kinks is not None:
                     kinks.append(found)
                 continue
-            worst = _pick(worst, found)
+            worst = pick(worst, found)
     return worst
 
 
@@ -156,7 +156,7 @@ def _sign_error(analytical, negated, names, eps):
                 "negated random cotangent; the gradient for -grad_output must be minus the gradient for "
                 "grad_output, so backward is not linear in grad_output (e.g. right only for positive grad_outputs)",
                 False, True)
-            worst = _pick(worst, found)
+            worst = pick(worst, found)
     return worst
 
 
@@ -182,11 +182,3 @@ def _directions(leaf, generator):
         probes.append(("[...] . random direction", direction.to(leaf.device)))
     return probes
 
-
-def _pick(current, candidate):
-    if candidate is None:
-        return current
-    if current is None:
-        return candidate
-    ratio = lambda d: d.abs_error / max(d.tolerance, 1e-300)  # noqa: E731
-    return candidate if ratio(candidate) > ratio(current) else current
