@@ -38,7 +38,7 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules", "state", "triton_ops"})
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules", "normalization", "state", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

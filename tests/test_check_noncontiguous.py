@@ -167,3 +167,33 @@ def test_noncontiguous_layouts_own_their_storage_and_pass_gradients_back():
         (laid * 2).sum().backward()
         assert torch.equal(x.grad, torch.full((3, 4), 2.0))
         x.grad = None
+
+
+def test_batch_norm_at_the_equal_rows_an_expanded_layout_makes_passes_every_default_check(pytester, run_pytest):
+    """Equal rows make the variance 0: float32 layouts differ by rounding, float64 ones agree; noted, not failed."""
+    pytester.makepyfile(test_ops="""
+        import pytest
+        from reference_ops.normalization import MARKER_OPTIONS, batch_norm_samples, batch_norm_train
+
+        @pytest.mark.autograd_op(op=batch_norm_train, **MARKER_OPTIONS)
+        def test_batch_norm():
+            return batch_norm_samples()
+    """)
+    result = run_pytest("-rA")
+    outcomes = result.parseoutcomes()
+    assert "failed" not in outcomes and outcomes["passed"] >= 10
+    result.stdout.fnmatch_lines(["*noncontiguous: the expanded layout makes the values along the leading dim equal*"])
+
+
+def test_a_kernel_assuming_contiguous_memory_still_fails_in_float32(pytester, run_pytest):
+    pytester.makepyfile(test_ops="""
+        import pytest, torch
+        from reference_ops.buggy import LinearContiguousAssumption
+
+        @pytest.mark.autograd_op(op=LinearContiguousAssumption, checks=["noncontiguous"])
+        def test_linear():
+            return [(torch.randn(5, 4), torch.randn(3, 4), torch.randn(3))]
+    """)
+    result = run_pytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*differs from the contiguous run when*"])

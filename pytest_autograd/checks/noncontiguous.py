@@ -23,7 +23,7 @@ from pytest_autograd.checks._hygiene import call_with, tensor_arguments
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import compare_tensors
 from pytest_autograd.complex_views import as_complex
-from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
+from pytest_autograd.execution import OpRaised, grads_of, output_label, prepare, random_cotangents
 
 HINT = ("the kernel reads memory as if the tensor were contiguous: call .contiguous() on inputs (and on "
         "grad_output in backward) before handing them to a kernel, or index with the tensor's strides")
@@ -119,7 +119,7 @@ class NonContiguous(Check):
             written = _written_slots(context, prepared)
             for layout in LAYOUTS:
                 plan = _plan(context, prepared, layout, written)
-                if _check_plan(context, plan, layout):
+                if _check_plan(context, plan, layout, sample):
                     ran = True
         if not ran:
             pytest.skip("no argument or output of any sample can be laid out non-contiguously")
@@ -230,7 +230,7 @@ def _plain_cotangents(plan, outputs, generator):
     return plain, any_laid
 
 
-def _check_plan(context, plan, layout):
+def _check_plan(context, plan, layout, sample=None):
     """Compare the contiguous run with the laid-out one; blame one argument on a mismatch."""
     try:
         outputs = _forward(context, plan, set())
@@ -245,11 +245,37 @@ def _check_plan(context, plan, layout):
     problem = _difference(context, plan, expected, set(plan.laid), cotangents, True)
     if problem is None:
         return True
+    if layout.name == "expanded" and sample is not None and _only_rounding(context, layout, sample, problem):
+        context.note("noncontiguous: the expanded layout makes the values along the leading dim equal, where the op "
+                     "is ill-conditioned: its layouts differ in the sample's dtype but agree in float64, so the "
+                     "difference is rounding, not a layout bug")
+        return True
     culprits = [f"`{name}`" for slot, (name, _, _) in plan.laid.items()
                 if _difference(context, plan, expected, {slot}, cotangents) is not None]
     if cotangent_laid and _difference(context, plan, expected, set(), cotangents, True) is not None:
         culprits.append("grad_output")
     _report(context, layout, problem, culprits or _everything(plan, cotangent_laid), not culprits)
+
+
+def _only_rounding(context, layout, sample, problem):
+    """True when a mismatch of the expanded layout vanishes in float64.
+
+    Expanding one row gives equal values along a dim, a point where
+    normalisations divide by a variance of 0 and amplify rounding by
+    1/sqrt(eps). A kernel that reads memory wrongly is wrong in every dtype;
+    rounding shrinks by nine orders of magnitude in float64.
+    """
+    if isinstance(problem, OpRaised) or context.dtype in (None, torch.float64):
+        return False
+    try:
+        prepared = prepare(context.case, sample, context.device, dtype=torch.float64)
+        plan = _plan(context, prepared, layout, _written_slots(context, prepared))
+        outputs = _forward(context, plan, set())
+        cotangents, _ = _plain_cotangents(plan, outputs, context.generator)
+        expected = _run(context, plan, set(), cotangents)
+        return _difference(context, plan, expected, set(plan.laid), cotangents, True) is None
+    except Exception:  # the op has no float64 path: the mismatch stands
+        return False
 
 
 def _difference(context, plan, expected, laid_slots, cotangents, laid_cotangent=False):
