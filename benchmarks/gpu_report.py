@@ -37,7 +37,7 @@ import traceback
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -489,8 +489,30 @@ def step_linear_vs_cublas_bfloat16(context):
     return _linear_vs_cublas(context, "bfloat16")
 
 
-# The report, in order. EXTENSION POINT: to validate another CUDA op (e.g. the
-# Triton reference ops, reference_ops/triton_ops.py), write a
+def step_triton_native(context):
+    """The Triton RMSNorm's tests with compiled kernels on CUDA: the first run of benchmarks/triton_items.py."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return skipped("triton is not installed (pip install -e '.[test]')")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return skipped("TRITON_INTERPRET=1 is set: unset it so the kernels are compiled for the GPU")
+    sys.path.insert(0, str(BENCHMARKS))
+    from triton_items import triton_items
+
+    native = triton_items()[0]
+    code, outcomes, output = run_pytest(context, "triton-native", native.argv, budget=240)
+    if not outcomes:
+        return failed("pytest produced no results", details=output)
+    figures = [{"tests": "Triton, native on CUDA", **tally(outcomes)}]
+    if any(o.status == "failed" for o in outcomes):
+        return failed(f"{_failed_names(outcomes)} failed", figures, output)
+    if not any(o.status == "passed" for o in outcomes):
+        return failed("no Triton test ran on CUDA", figures, output)
+    return passed(_summary(outcomes), figures)
+
+
+# The report, in order. EXTENSION POINT: to validate another CUDA op, write a
 # ``step_...(context) -> StepResult`` (return passed/failed/skipped(reason,
 # figures)) and append a Step here; run_pytest() runs a generated test file.
 STEPS = [
@@ -503,6 +525,7 @@ STEPS = [
     Step("bench timer vs triton do_bench", step_timer_vs_do_bench, budget=90),
     Step("linear vs cuBLAS: 4096^3 float32, TF32 off", step_linear_vs_cublas_float32, budget=60),
     Step("linear vs cuBLAS: 4096^3 bfloat16", step_linear_vs_cublas_bfloat16, budget=60),
+    Step("Triton RMSNorm: compiled kernels on CUDA", step_triton_native, budget=240),
 ]
 
 
