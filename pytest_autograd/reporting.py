@@ -13,6 +13,7 @@ import pytest
 
 from pytest_autograd import notes
 from pytest_autograd.record import PROPERTY, Recorder, test_name, worker_fields
+from pytest_autograd.settings import option_value
 
 RECORDER = pytest.StashKey()
 PLOTS_DIR = pytest.StashKey()
@@ -36,10 +37,7 @@ def pytest_addoption(parser):
 
 
 def _value(config, name):
-    value = config.getoption(f"autograd_{name}")
-    if value is None:
-        value = config.getini(f"autograd_{name}")
-    return str(value).strip() or None
+    return option_value(config, name) or None
 
 
 def matplotlib_installed():

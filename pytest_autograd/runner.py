@@ -90,7 +90,8 @@ def _run_seeded(item, spec, settings, check, seed):
         reason = check.applies(case, spec.device)
         if reason:
             skip_here(reason)
-        remember_for_record(item, seed, rerun_command(item, settings.seed, spec, check))
+        rerun = rerun_command(item, settings.seed, spec, check)
+        remember_for_record(item, seed, rerun)
         context = CheckContext(check.name, case, spec.device, seed)
         failure = run_check(check, context)
         record_notes(item, context.notes)
@@ -107,7 +108,7 @@ def _run_seeded(item, spec, settings, check, seed):
         if pointer:
             pytest.fail(pointer, pytrace=False)
         attach_picture(failure.report, case.config, where)
-        _fail(failure, rerun_command(item, settings.seed, spec, check), where, seed)
+        _fail(failure, rerun, where, seed)
 
 
 def marker_of(item, spec):
@@ -129,16 +130,6 @@ def _build_case(item, mark, spec, where):
             validate_sample_values(case, where)
             break
     return case
-
-
-def execute(check, case, device, seed, rerun=None, nodeid=None):
-    """Run ``check``; turn failures into a rendered pytest failure; return the check's notes."""
-    context = CheckContext(check.name, case, device, seed)
-    failure = run_check(check, context)
-    if failure is not None:
-        attach_picture(failure.report, case.config, nodeid)
-        _fail(failure, rerun, nodeid, seed)
-    return context.notes
 
 
 def run_check(check, context, reseed=False):
@@ -183,4 +174,4 @@ def _fail(failure, rerun, nodeid, seed=None):
     raise failed
 
 
-__all__ = ["run_item", "execute", "run_check", "cuda_devices", "device_problem"]
+__all__ = ["run_item", "run_check", "cuda_devices", "device_problem"]

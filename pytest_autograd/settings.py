@@ -44,7 +44,8 @@ def _add_ini(parser, name, help_text, default):
     parser.addini(name, help_text, type="args", default=split_names(default))
 
 
-def _value(config, name):
+def option_value(config, name):
+    """``--autograd-NAME``, else ini ``autograd_NAME``, as a stripped string (lists joined by commas)."""
     value = config.getoption(f"autograd_{name}")
     if value is None:
         value = config.getini(f"autograd_{name}")
@@ -95,13 +96,13 @@ class Settings:
 
     @classmethod
     def from_config(cls, config):
-        devices = parse_devices(_value(config, "devices"), "--autograd-devices")
-        checks = split_names(_value(config, "checks")) or None
+        devices = parse_devices(option_value(config, "devices"), "--autograd-devices")
+        checks = split_names(option_value(config, "checks")) or None
         from pytest_autograd.seeding import base_seed_from_controller
 
         seed = base_seed_from_controller(config)
         if seed is None:
-            seed = _parse_seed(_value(config, "seed"))
+            seed = _parse_seed(option_value(config, "seed"))
         return cls(devices=devices, checks=checks, seed=seed)
 
     def validate_checks(self, known, before_collection=False):
