@@ -20,7 +20,7 @@ from pytest_autograd.marker import (
 from pytest_autograd.marker_misuse import misuse_problem
 from pytest_autograd.registry import CheckRegistry
 from pytest_autograd.seeding import WORKER_INPUT_KEY
-from pytest_autograd.settings import Settings, add_options, parse_devices
+from pytest_autograd.settings import Settings, add_options, devices_option
 from pytest_autograd.summary import Tally
 
 pytest_plugins = ["pytest_autograd.bench.plugin", "pytest_autograd.reporting"]
@@ -133,10 +133,7 @@ def pytest_generate_tests(metafunc):
 
 
 def _marker_devices(mark, settings, where):
-    devices = mark.kwargs.get("devices") or settings.devices
-    if not isinstance(devices, (list, tuple, set, frozenset)):
-        devices = [devices]  # one name, or one torch.device
-    return parse_devices(",".join(map(str, devices)), f"{where}: devices=")
+    return devices_option(mark.kwargs.get("devices") or settings.devices, f"{where}: devices=")
 
 
 def _marker_labels(marks):

@@ -88,6 +88,13 @@ def _parse_seed(text):
         ) from None
 
 
+def devices_option(value, source):
+    """``devices=`` as a marker or fixture gives it: a name, a ``torch.device``, or a list of either."""
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        value = [value]
+    return parse_devices(",".join(map(str, value)), source)
+
+
 @dataclass
 class Settings:
     devices: list

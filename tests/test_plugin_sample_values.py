@@ -170,3 +170,19 @@ def test_sparse_double_wrong_grad():
         "gradient of output w.r.t. `x` does not match the numerical derivative",
     ])
     assert_no_traceback(result)
+
+
+@pytest.mark.parametrize("devices", ['torch.device("cpu")', '[torch.device("cpu")]'])
+def test_parity_reads_torch_devices_on_the_marker_too(pytester, run_pytest, devices):
+    pytester.makepyfile(f"""
+import pytest
+import torch
+
+@pytest.mark.autograd_op(op=torch.sin, devices={devices})
+def test_sin():
+    return [(torch.randn(3),)]
+""")
+    result = run_pytest("--autograd-checks=parity", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*parity compares a non-CPU device against CPU*"])
+    assert_no_traceback(result)

@@ -35,9 +35,9 @@ class Parity(Check):
 def _requested_devices(case):
     devices = case.options.get("devices")
     if devices:
-        from pytest_autograd.settings import parse_devices
+        from pytest_autograd.settings import devices_option
 
-        return parse_devices(devices if isinstance(devices, str) else ",".join(devices), "devices=")
+        return devices_option(devices, "devices=")
     if case.config is not None:
         from pytest_autograd.plugin import SETTINGS
 
