@@ -29,14 +29,12 @@ EXHAUSTIVE_LIMIT = 1024  # elements in and out below which the full Jacobian is 
 
 
 def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL, rtol=RTOL, eps=EPS,
-                          exhaustive_limit=EXHAUSTIVE_LIMIT, numerical_needs_grad=False, numerical_fn=None,
-                          notes=None, outputs=None):
+                          exhaustive_limit=EXHAUSTIVE_LIMIT, numerical_needs_grad=False, notes=None, outputs=None):
     """Return the worst DerivativeError, or None when derivatives agree.
 
-    ``numerical_fn`` (default ``fn``) is what finite differences evaluate,
-    e.g. a backward without ``create_graph``. Kinks are added to ``notes``
-    (a KinkNotes), never reported as errors. ``outputs``: ``fn(leaves)`` when
-    the caller already has it (with its graph), saving one evaluation.
+    Kinks are added to ``notes`` (a KinkNotes), never reported as errors.
+    ``outputs``: ``fn(leaves)`` when the caller already has it (with its
+    graph), saving one evaluation.
     """
     outputs = fn(leaves) if outputs is None else outputs
     diff = [k for k, out in enumerate(outputs) if out.is_floating_point()]
@@ -45,7 +43,7 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     if not outputs or not leaves:
         return None
     notes = KinkNotes() if notes is None else notes
-    evaluator = Evaluator(numerical_fn or fn, leaves, diff, numerical_needs_grad)
+    evaluator = Evaluator(fn, leaves, diff, numerical_needs_grad)
     cotangents = random_cotangents(outputs, generator)
     analytical = grads_of(outputs, leaves, cotangents, retain_graph=True)
     n_in = sum(leaf.numel() for leaf in leaves)

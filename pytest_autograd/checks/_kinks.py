@@ -45,6 +45,12 @@ class KinkNotes:
 
     lines: list = field(default_factory=list)
 
+    def flush(self, context):
+        """Hand the lines noted so far to the check's context (the item's notes), and start afresh."""
+        for line in self.lines:
+            context.note(line)
+        self.lines.clear()
+
     def add(self, count, example, left, right, analytical):
         self.lines.append(
             f"{count} element(s) at kinks (left and right derivatives differ; the analytical value lies between "

@@ -22,7 +22,7 @@ import torch
 
 from pytest_autograd.checks._measured_differences import find_low_precision_error
 from pytest_autograd.compare import dtype_label, fmt, fmt_index
-from pytest_autograd.execution import OpRaised
+from pytest_autograd.execution import OpRaised, differentiable_indices
 
 
 # ---------------------------------------------------------------------------
@@ -113,8 +113,8 @@ def judge_first_derivatives(context, sample, plan):
 def judge_second_derivatives(context, sample, plan, backward_of):
     """gradgradcheck for an op that cannot run in float64.
 
-    ``backward_of(prepared, differentiable, cotangent_count)`` returns the
-    function ``leaves -> first gradients`` that gradgradcheck differentiates.
+    ``backward_of(prepared, outputs, differentiable)`` returns ``(leaves ->
+    first gradients, leaves, names)``, what gradgradcheck differentiates.
     """
     from pytest_autograd.notes import note
 
@@ -131,7 +131,7 @@ def judge_second_derivatives(context, sample, plan, backward_of):
     else:
         prepared = context.prepare(sample, dtype=dtype)
         outputs = context.run_op(prepared) if prepared.leaves else []
-        differentiable = [k for k, o in enumerate(outputs) if o.is_floating_point() and o.requires_grad]
+        differentiable = differentiable_indices(outputs)
         if differentiable:
             fn, leaves, names = backward_of(prepared, outputs, differentiable)
             kinks = []
@@ -189,7 +189,7 @@ def _second_order_against_reference(context, sample, dtype):
     def run(run_dtype, fn):
         prepared = context.prepare(low, dtype=run_dtype)
         outputs = context.run_op(prepared, fn=fn)
-        diff = [k for k, o in enumerate(outputs) if o.is_floating_point() and o.requires_grad]
+        diff = differentiable_indices(outputs)
         if "v" not in draws:
             draws["v"] = [torch.randn(outputs[k].shape, generator=context.generator, dtype=torch.float64)
                           .to(dtype).to(torch.float64) for k in diff]

@@ -17,7 +17,7 @@ import torch
 
 from pytest_autograd.checks._numerical import DerivativeError, pick
 from pytest_autograd.compare import dtype_label, fmt, fmt_index
-from pytest_autograd.execution import grads_of, random_cotangents
+from pytest_autograd.execution import differentiable_indices, grads_of, random_cotangents
 
 STEP_FACTORS = (2.0, 1.0, 0.5)  # of the base step eps ** (1/3) * max|x|
 ELEMENT_PROBES = 6  # per argument, besides two random directions
@@ -35,7 +35,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     clamp, max with ties), noted rather than failed.
     """
     outputs = fn(leaves)
-    diff = [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
+    diff = differentiable_indices(outputs)
     if not diff or not leaves:
         return None
     outputs = [outputs[k] for k in diff]

@@ -51,7 +51,7 @@ class GradCheck(Check):
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
                 notes=notes, outputs=outputs, **marker_tolerances(context.case),
             )
-            _record(context, notes)
+            notes.flush(context)
             if error is not None:
                 context.fail(
                     f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
@@ -60,13 +60,6 @@ class GradCheck(Check):
                     hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error) else
                           derivative_hint(error, has_backward=context.case.is_function)),
                 )
-
-
-def _record(context, notes):
-    """Kinks of this sample become the item's notes (seen by the user, never failed)."""
-    for line in notes.lines:
-        context.note(line)
-    notes.lines.clear()
 
 
 check = GradCheck()

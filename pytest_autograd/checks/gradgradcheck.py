@@ -6,6 +6,7 @@ kernel) gives all-zero analytical second derivatives: the report says so
 instead of "Jacobian mismatch".
 """
 
+import functools
 import math
 
 import torch
@@ -59,7 +60,7 @@ class GradGradCheck(Check):
         for index, sample in context.samples():
             plan = float64_plan(context, sample)
             if plan is not None:
-                judge_second_derivatives(context, sample, plan, lambda p, o, d: _backward_function(context, p, o, d))
+                judge_second_derivatives(context, sample, plan, functools.partial(_backward_function, context))
                 continue
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
@@ -68,38 +69,20 @@ class GradGradCheck(Check):
             differentiable = differentiable_indices(outputs)
             if not differentiable:
                 continue
-            n_inputs = len(prepared.leaves)
-            names = [output_label(k, len(outputs)) for k in range(len(outputs))]
-            cotangent_leaves = [c.requires_grad_(True) for c in
-                                random_cotangents([outputs[k] for k in differentiable], context.generator)]
-            leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
             first_grads_require_grad = []
             declared_once = []  # an @once_differentiable part inside the op (e.g. a plain function calling one)
 
-            def backward(leaves, create_graph=True):
-                inputs, cotangents = leaves[:n_inputs], leaves[n_inputs:]
-                outs = context.run_op(prepared, inputs)
-                pairs = [(outs[k], c) for k, c in zip(differentiable, cotangents) if outs[k].requires_grad]
-                try:
-                    grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
-                                                create_graph=create_graph, allow_unused=True)
-                except Exception as error:
-                    raise OpRaised("backward", error) from error
-                if create_graph:
-                    first_grads_require_grad.append([g is not None and g.requires_grad for g in grads])
-                    declared_once.append(any(_reaches_error_node(g) for g in grads if g is not None))
-                return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+            def record(grads):
+                first_grads_require_grad.append([g is not None and g.requires_grad for g in grads])
+                declared_once.append(any(_reaches_error_node(g) for g in grads if g is not None))
 
+            backward, leaves, leaf_names = _backward_function(context, prepared, outputs, differentiable, record)
             try:
                 error = find_derivative_error(
-                    backward, prepared.leaves + cotangent_leaves, leaf_names,
-                    [f"grad {name}" for name in prepared.names], context.generator,
-                    numerical_needs_grad=True,
-                    notes=notes, **marker_tolerances(context.case),
+                    backward, leaves, leaf_names, [f"grad {name}" for name in prepared.names], context.generator,
+                    numerical_needs_grad=True, notes=notes, **marker_tolerances(context.case),
                 )
-                for line in notes.lines:
-                    context.note(line)
-                notes.lines.clear()
+                notes.flush(context)
             except OpRaised as raised:
                 if only_backward_works(raised.error):
                     from pytest import skip
@@ -137,8 +120,11 @@ class GradGradCheck(Check):
             )
 
 
-def _backward_function(context, prepared, outputs, differentiable):
-    """``(leaves -> first gradients, leaves, names)``: inputs and cotangents in, the op's backward out."""
+def _backward_function(context, prepared, outputs, differentiable, on_grads=None):
+    """``(leaves -> first gradients, leaves, names)``: inputs and cotangents in, the op's backward out.
+
+    ``on_grads`` sees each call's raw gradients (before unused ones become zeros).
+    """
     n_inputs = len(prepared.leaves)
     names = [output_label(k, len(outputs)) for k in range(len(outputs))]
     cotangent_leaves = [c.requires_grad_(True) for c in
@@ -153,6 +139,8 @@ def _backward_function(context, prepared, outputs, differentiable):
                                         create_graph=True, allow_unused=True)
         except Exception as error:
             raise OpRaised("backward", error) from error
+        if on_grads is not None:
+            on_grads(grads)
         return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
 
     leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
