@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pytest_autograd.checks._numerical import unravel
 from pytest_autograd.checks._transforms import (
     ReferenceRaised,
     forward_and_backward,
@@ -342,16 +343,8 @@ def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None)
         return Error(0.0)
     scale = max(float(e.abs().masked_fill_(left_out, 0.0).max()), natural_scale)
     value = worst / scale if scale > 0 else math.inf
-    index = _unravel(flat, e.shape)
+    index = unravel(flat, e.shape)
     return Error(value, index, float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
-
-
-def _unravel(flat, shape):
-    index = []
-    for size in reversed(shape):
-        flat, position = divmod(flat, size)
-        index.append(position)
-    return tuple(reversed(index))
 
 
 def _short(error):

@@ -115,3 +115,11 @@ def function_node(case, outputs):
         if node is not None and getattr(type(node), "_forward_cls", None) is case.op:
             return node
     return None
+
+
+def cuda_allocated(device):
+    """Bytes the CUDA caching allocator holds for ``device`` after its queued work (None off CUDA)."""
+    if not str(device).startswith("cuda") or not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_allocated(device)

@@ -9,10 +9,12 @@ import torch
 
 
 def seed_generators(device, seed):
-    """Seed the CPU generator, and the current device's one when it is a CUDA device."""
+    """Seed the CPU generator, and the item's CUDA device's one (``cuda:1``'s, not the current device's)."""
+    from pytest_autograd.runner import cuda_devices
+
     torch.default_generator.manual_seed(seed)
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        torch.cuda.manual_seed(seed)
+    for index in cuda_devices(device):
+        torch.cuda.default_generators[index].manual_seed(seed)
 
 
 def draw_seed(generator):

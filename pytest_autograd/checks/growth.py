@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from pytest_autograd.case import UsageProblem
-from pytest_autograd.checks._hygiene import describe, fmt_bytes
+from pytest_autograd.checks._hygiene import cuda_allocated, describe, fmt_bytes
 from pytest_autograd.checks.base import Check
 from pytest_autograd.execution import grads_of, random_cotangents
 
@@ -83,7 +83,7 @@ class Growth(Check):
             alive = tracker.alive()
             counts.append(len(alive))
             if call in (half - 1, calls - 1):
-                device_bytes.append(_allocated(context.device))
+                device_bytes.append(cuda_allocated(context.device))
                 host_bytes.append(_storage_bytes(alive))
             del alive
         grown = counts[-1] - counts[half - 1]
@@ -113,13 +113,6 @@ def _call_once(context, prepared, cotangents):
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads_of(outputs, prepared.leaves, cotangents)
     return cotangents
-
-
-def _allocated(device):
-    if not str(device).startswith("cuda") or not torch.cuda.is_available():
-        return None
-    torch.cuda.synchronize(device)
-    return torch.cuda.memory_allocated(device)
 
 
 def _storage_bytes(tensors):

@@ -27,6 +27,7 @@ import torch
 from pytest_autograd.checks._hygiene import (
     HygieneWarning,
     call_with,
+    cuda_allocated,
     describe,
     fmt_bytes,
     function_node,
@@ -78,22 +79,15 @@ class Leak(Check):
             _warn_intermediates(context, probe)
 
 
-def _allocated(device):
-    if not str(device).startswith("cuda") or not torch.cuda.is_available():
-        return None
-    torch.cuda.synchronize(device)
-    return torch.cuda.memory_allocated(device)
-
-
 def _probe(context, prepared):
     probe = Probe()
     enabled = gc.isenabled()
     gc.disable()
     try:
-        before = _allocated(context.device)
+        before = cuda_allocated(context.device)
         _run_and_drop(context, prepared, probe)
         probe.alive_after_drop = [label for label, ref, _ in probe.tracked if ref() is not None]
-        after = _allocated(context.device)
+        after = cuda_allocated(context.device)
         if before is not None and after is not None:
             probe.device_bytes = max(0, after - before)
         if probe.alive_after_drop:

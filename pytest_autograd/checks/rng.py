@@ -41,9 +41,10 @@ class GlobalRng(Check):
 
 def _generators(device):
     """(label, get_state, advance) of the global generators this item's device uses."""
+    from pytest_autograd.runner import cuda_devices
+
     found = [("the CPU generator", torch.get_rng_state, lambda n: torch.rand(n))]
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        index = torch.device(device).index or 0
+    for index in cuda_devices(device):
         found.append((f"the CUDA generator of cuda:{index}", lambda: torch.cuda.get_rng_state(index),
                       lambda n: torch.rand(n, device=f"cuda:{index}")))
     return found
