@@ -18,6 +18,7 @@ import torch
 from pytest_autograd.checks._numerical import unravel
 from pytest_autograd.checks._transforms import (
     ReferenceRaised,
+    cast_sample,
     forward_and_backward,
     paired_tensors,
     unsupported_dtype,
@@ -47,28 +48,6 @@ class Outside:
     reason: str
 
 
-def scale_sample(sample, dtype, slots, magnitude=None):
-    """``sample`` with floating tensors in ``dtype``; those in ``slots`` scaled so max |x| is ``magnitude``.
-
-    Only the differentiated arguments are scaled: constants (indices stored
-    as floats, marginals, running statistics) keep their values.
-    """
-
-    def cast(slot, value):
-        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
-            return value
-        value = value.detach()
-        if magnitude is not None and slot in slots:
-            value = value.to(torch.float64)
-            peak = float(value.abs().max()) if value.numel() else 0.0
-            if peak > 0:
-                value = value * (magnitude / peak)
-        return value.to(dtype)
-
-    return sample.replace(args=[cast(i, a) for i, a in enumerate(sample.args)],
-                          kwargs={k: cast(k, v) for k, v in sample.kwargs.items()})
-
-
 def differentiated_slots(case, sample):
     """Slots of the floating tensor arguments the checks differentiate (all but ``constants=``)."""
     slots = [i for i, a in enumerate(sample.args)] + list(sample.kwargs)
@@ -80,9 +59,9 @@ def differentiated_slots(case, sample):
 class Judge:
     """Runs and compares at one magnitude of one sample in one dtype."""
 
-    def __init__(self, context, sample, dtype, slots, cotangents=None):
+    def __init__(self, context, sample, dtype, slots):
         self.context, self.sample, self.dtype, self.slots = context, sample, dtype, slots
-        self.cotangents = cotangents
+        self.cotangents = None
         self.reference = context.case.reference
         self.truth_label = "the reference in float64" if self.reference is not None else "the op in float64"
         self.unscaled_runs = False
@@ -93,7 +72,7 @@ class Judge:
 
         ``values``: compare values too, not only finiteness (where products of inputs are representable).
         """
-        scaled = scale_sample(self.sample, self.dtype, self.slots, magnitude)
+        scaled = cast_sample(self.sample, self.dtype, magnitude, self.slots)
         self.where, self.magnitude = where, magnitude
         try:
             got, drawn = forward_and_backward(self.context, scaled, self.dtype, self.cotangents)

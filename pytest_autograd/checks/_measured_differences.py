@@ -53,7 +53,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
             outs = fn(moved)
         return [outs[k].detach().to(torch.float64) for k in diff]
 
-    center = evaluate([leaf.detach() for leaf in leaves])
+    center = [out.detach().to(torch.float64) for out in outputs]  # the unmoved point: the forward just run
     for j, leaf in enumerate(leaves):
         x = leaf.detach().to(torch.float64)
         peak = float(x.abs().max()) if x.numel() else 0.0

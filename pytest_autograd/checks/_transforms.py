@@ -66,25 +66,29 @@ def _cuda_has_bf16():
         return False
 
 
-def cast_sample(sample, dtype, magnitude=None):
+def cast_sample(sample, dtype, magnitude=None, slots=None):
     """``sample`` with floating tensors cast to ``dtype``, optionally rescaled.
 
-    ``magnitude``: each floating tensor is scaled so its largest |element| is
-    that value (computed in float64, then rounded once to ``dtype``).
+    ``magnitude``: each floating tensor in ``slots`` (default: all) is scaled
+    so its largest |element| is that value (computed in float64, then rounded
+    once to ``dtype``). The extreme check passes the differentiated slots
+    only: constants (indices stored as floats, marginals, running
+    statistics) keep their values.
     """
 
-    def cast(value):
+    def cast(slot, value):
         if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
             return value
         value = value.detach()
-        if magnitude is not None:
+        if magnitude is not None and (slots is None or slot in slots):
             value = value.to(torch.float64)
             peak = float(value.abs().max()) if value.numel() else 0.0
             if peak > 0:
                 value = value * (magnitude / peak)
         return value.to(dtype)
 
-    return sample.replace(args=[cast(a) for a in sample.args], kwargs={k: cast(v) for k, v in sample.kwargs.items()})
+    return sample.replace(args=[cast(i, a) for i, a in enumerate(sample.args)],
+                          kwargs={k: cast(k, v) for k, v in sample.kwargs.items()})
 
 
 @dataclass

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from pytest_autograd.budget import call_with_limit, item_seconds
-from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots, scale_sample
+from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots
 from pytest_autograd.checks._float64_support import float64_plan
-from pytest_autograd.checks._transforms import ReferenceRaised, check_dtypes, unsupported_dtype
+from pytest_autograd.checks._transforms import ReferenceRaised, cast_sample, check_dtypes, unsupported_dtype
 from pytest_autograd.checks.base import Check
 from pytest_autograd.compare import dtype_label, fmt
 from pytest_autograd.execution import OpRaised
@@ -104,7 +104,7 @@ def _check_dtype(context, dtype, notes):
         slots = differentiated_slots(context.case, sample)
         if not slots:
             continue
-        judge = Judge(context, scale_sample(sample, dtype, slots), dtype, slots)
+        judge = Judge(context, cast_sample(sample, dtype, slots=slots), dtype, slots)
         limit = cap
         for where, magnitude in magnitudes(dtype):
             label = fmt(magnitude)

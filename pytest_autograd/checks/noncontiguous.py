@@ -230,7 +230,7 @@ def _plain_cotangents(plan, outputs, generator):
     return plain, any_laid
 
 
-def _check_plan(context, plan, layout, sample=None):
+def _check_plan(context, plan, layout, sample):
     """Compare the contiguous run with the laid-out one; blame one argument on a mismatch."""
     try:
         outputs = _forward(context, plan, set())
@@ -245,7 +245,7 @@ def _check_plan(context, plan, layout, sample=None):
     problem = _difference(context, plan, expected, set(plan.laid), cotangents, True)
     if problem is None:
         return True
-    if layout.name == "expanded" and sample is not None and _only_rounding(context, layout, sample, problem):
+    if layout.name == "expanded" and _only_rounding(context, layout, sample, problem):
         context.note("noncontiguous: the expanded layout makes the values along the leading dim equal, where the op "
                      "is ill-conditioned: its layouts differ in the sample's dtype but agree in float64, so the "
                      "difference is rounding, not a layout bug")

@@ -187,7 +187,7 @@ def _hint(error):
     return None
 
 
-def _report(context, op, failed, checked=()):
+def _report(context, op, failed, checked):
     names = [TESTS.get(test, (test, ""))[0] for test, _ in failed]
     details, seen = [], {}
     for (test, error), name in zip(failed, names):
