@@ -17,6 +17,7 @@ import torch
 
 from pytest_autograd.checks._numerical import unravel
 from pytest_autograd.checks._transforms import (
+    Error,
     ReferenceRaised,
     cast_sample,
     forward_and_backward,
@@ -286,14 +287,6 @@ class _Compared:
             return Error(0.0)
         return _error(self.expected, self.got, self.dtype, True, natural_scale,
                       left_out=~(self.representable & self.got_finite))
-
-
-@dataclass
-class Error:
-    value: float
-    index: tuple = ()
-    expected: float = 0.0
-    got: float = 0.0
 
 
 def _as64(tensor):

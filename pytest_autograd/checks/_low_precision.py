@@ -44,10 +44,12 @@ class Disagreement:
         return f"{self.label}{fmt_index(e.index)}: expected {fmt(e.expected)} (reference, float64), got {fmt(e.got)}"
 
     def error_line(self):
+        from pytest_autograd.checks.precision import FLOOR_ULPS
+
         if self.ref_error is None:
             return f"normwise error {fmt(self.error.value)} > tolerance {fmt(self.budget)}"
         return (f"normwise error {fmt(self.error.value)} > budget {fmt(self.budget)} (precision_k x the reference's "
-                f"own error {fmt(self.ref_error)} in this dtype, plus {8} ulps)")
+                f"own error {fmt(self.ref_error)} in this dtype, plus {FLOOR_ULPS} ulps)")
 
 
 def against_reference(op_low, ref_truth, ref_low, dtype, k):

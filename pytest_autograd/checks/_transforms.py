@@ -169,9 +169,9 @@ class Error:
     """Normwise error: max |got - expected| / max |expected|, and where it peaks."""
 
     value: float
-    index: tuple
-    expected: float
-    got: float
+    index: tuple = ()
+    expected: float = 0.0
+    got: float = 0.0
 
     def worst(self, label):
         return f"{label}{fmt_index(self.index)}: float64 {fmt(self.expected)}, got {fmt(self.got)}"
