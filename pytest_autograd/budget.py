@@ -25,9 +25,10 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Union
 
 import pytest
+
+from pytest_autograd import settings
 
 DEFAULT_SECONDS = 300.0
 OPTION = "autograd_timeout"
@@ -54,10 +55,7 @@ def add_option(parser):
     """``--autograd-timeout`` and its ini twin ``autograd_timeout``."""
     group = parser.getgroup("autograd", "autograd op checks (pytest-autograd)")
     group.addoption("--autograd-timeout", dest=OPTION, default=None, help=f"{HELP}. ini: {OPTION}")
-    try:  # a number in TOML, or text this module parses (with its own error message)
-        parser.addini(OPTION, HELP, type=Union[float, str], default=DEFAULT_SECONDS)
-    except (TypeError, ValueError):  # a pytest without typed ini values: always text
-        parser.addini(OPTION, HELP, default=str(DEFAULT_SECONDS))
+    settings.add_number_ini(parser, OPTION, HELP, DEFAULT_SECONDS, float)
 
 
 def parse_seconds(text, source="--autograd-timeout"):

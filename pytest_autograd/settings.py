@@ -31,27 +31,57 @@ def _add_ini(parser, name, help_text, default):
 
     Devices and checks are lists ("args": a TOML list of strings, or an ini
     string split as in a shell, commas allowed); the seed is an int or the
-    string 'random' where pytest can declare that union (9.2+).
+    string 'random'.
     """
     if name == "autograd_seed":
-        if tuple(getattr(pytest, "version_tuple", (0,))[:2]) >= (9, 2):
-            from typing import Union
-
-            parser.addini(name, help_text, type=Union[int, str], default=default)
-        else:
-            parser.addini(name, help_text, default=default)
+        add_number_ini(parser, name, help_text, default, int)
         return
     parser.addini(name, help_text, type="args", default=split_names(default))
+
+
+def add_number_ini(parser, name, help_text, default, number_type):
+    """An ini value that is a number or text, declared in the richest form this pytest accepts.
+
+    pytest 9.2 takes a union (a TOML number or a word such as 'random');
+    8.4 to 9.1 take "int"/"float" (a TOML number or its text, no words);
+    older ones take text only. Anything else raises AssertionError at start-up
+    on those versions, which would break every run in the environment.
+    """
+    version = tuple(getattr(pytest, "version_tuple", (0,))[:2])
+    if version >= (9, 2):
+        from typing import Union
+
+        parser.addini(name, help_text, type=Union[number_type, str], default=default)
+    elif version >= (8, 4) and number_type is float:
+        parser.addini(name, help_text, type="float", default=float(default))
+    else:
+        parser.addini(name, help_text, default=str(default))
 
 
 def option_value(config, name):
     """``--autograd-NAME``, else ini ``autograd_NAME``, as a stripped string (lists joined by commas)."""
     value = config.getoption(f"autograd_{name}")
     if value is None:
-        value = config.getini(f"autograd_{name}")
+        value = _getini(config, f"autograd_{name}")
     if isinstance(value, (list, tuple)):
         return ",".join(str(part) for part in value)
     return str(value).strip()
+
+
+def _getini(config, name):
+    """``config.getini``, also for a TOML number given to a text option.
+
+    pytest 9.0 and 9.1 read native ``[tool.pytest]`` tables but declare no
+    number-or-text type: ``autograd_seed = 7`` there raises TypeError in
+    getini, so the value is read as written.
+    """
+    try:
+        return config.getini(name)
+    except TypeError:
+        raw = getattr(config, "_inicfg", {}).get(name)
+        if raw is None:
+            raise
+        return getattr(raw, "value", raw)
 
 
 def split_names(text):

@@ -31,6 +31,8 @@ import math
 import operator
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -147,10 +149,48 @@ def _build(with_cuda: bool, verbose: bool) -> None:
         extra_cflags=["-O3"],
         extra_cuda_cflags=["-O3"] if with_cuda else None,
         extra_include_paths=[str(_csrc_dir())],
+        extra_ldflags=_libstdcxx_link_flags(os.environ.get("CXX", "c++")),
         with_cuda=with_cuda,
         is_python_module=False,  # operators register themselves via TORCH_LIBRARY
         verbose=verbose,
     )
+
+
+def _libstdcxx_link_flags(cxx: str) -> list[str]:
+    """Link flags that make the library use the libstdc++ this process already has loaded.
+
+    A compiler installed without a shared libstdc++ (only ``libstdc++.a`` in
+    its library path) links a private copy of it into the extension. That
+    copy's locale state is never set up when torch's libstdc++ is already in
+    the process, so the first error message that formats a number (any
+    TORCH_CHECK with a size in it) crashes the interpreter with SIGSEGV.
+    Where ``cxx -print-file-name=libstdc++.so`` finds no shared library, link
+    the one loaded here by its exact file name; elsewhere change nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        found = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
+                               timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if os.path.isabs(found) and os.path.exists(found):
+        return []  # the compiler links libstdc++ dynamically, as usual
+    loaded = _loaded_libstdcxx()
+    return [f"-L{os.path.dirname(loaded)}", f"-l:{os.path.basename(loaded)}"] if loaded else []
+
+
+def _loaded_libstdcxx() -> Optional[str]:
+    """The path of the libstdc++ shared library mapped into this process, if any."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if line.strip() else ""
+                if os.path.basename(path).startswith("libstdc++.so") and os.path.isfile(path):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 def load_extension(verbose: bool = False):

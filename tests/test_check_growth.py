@@ -77,3 +77,39 @@ def test_growth_calls_must_be_an_integer_of_at_least_four(pytester, run_pytest):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*growth_calls= must be an integer of at least 4*got 2.*"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_growth_catches_device_memory_kept_per_call_on_cuda_and_passes_a_correct_op_there(pytester, run_pytest):
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    pytester.makepyfile("""
+        import pytest, torch
+        from reference_ops import LinearFunction
+
+        class KeepsEveryInput(torch.autograd.Function):
+            kept = []
+
+            @staticmethod
+            def forward(ctx, x):
+                KeepsEveryInput.kept.append(x.detach().clone())
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        @pytest.mark.autograd_op(op=KeepsEveryInput)
+        def test_keeps():
+            return [(torch.randn(64, 64),)]
+
+        @pytest.mark.autograd_op(op=LinearFunction)
+        def test_linear():
+            return [(torch.randn(8, 16), torch.randn(4, 16), torch.randn(4))]
+    """)
+    result = run_pytest("--autograd-checks=growth", "--autograd-devices=cuda")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*every call leaves more tensors alive: 1 tensor*per call*",
+                                 "*more allocated on cuda*"])

@@ -107,3 +107,30 @@ def test_a_reference_that_raises_is_blamed_instead_of_the_op(pytester):
         "reference=lambda at test_ops.py:* raised TypeError in its forward: *takes 2 positional arguments but 3 were given",
         "  check precision, device cpu, dtype float32, sample 0",
     ])
+
+
+def test_a_16_bit_dtype_refused_by_torch_or_by_a_triton_kernel_compile_is_recognised_as_unsupported():
+    from pytest_autograd.checks._transforms import unsupported_dtype
+    from pytest_autograd.execution import OpRaised
+
+    class CompilationError(Exception):  # triton.compiler.errors.CompilationError keeps the inner error's repr
+        pass
+
+    def raised(error):
+        return OpRaised("forward", error)
+
+    triton_refusal = ValueError("Expected dtype ['fp32', 'fp64'] but got bf16")
+    nested = CompilationError("at 6:14:\n    t = tl.sigmoid(u)\n", repr(CompilationError("at 1:4:", repr(triton_refusal))))
+    try:
+        try:
+            raise triton_refusal
+        except ValueError as inner:
+            raise CompilationError("at 6:14: <source>") from inner
+    except CompilationError as outer:
+        chained = outer
+
+    assert unsupported_dtype(raised(RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'')))
+    assert unsupported_dtype(raised(nested))
+    assert unsupported_dtype(raised(chained))
+    assert not unsupported_dtype(raised(ValueError("Expected dtype ['fp32'] but got fp64")))
+    assert not unsupported_dtype(raised(RuntimeError("shape mismatch")))

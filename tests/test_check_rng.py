@@ -121,3 +121,42 @@ def test_rng_passes_ops_that_draw_or_use_their_own_generator_or_fork_it(pytester
             return [(torch.randn(3, 4),)]
     """)
     result.assert_outcomes(passed=3)
+
+
+def test_rng_passes_correct_ops_on_cuda_and_catches_a_reseeding_forward_there(pytester, run_pytest):
+    """A CUDA generator moves in whole Philox steps per launch: the check's two starting states must still differ."""
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest, torch
+        from reference_ops import LinearFunction
+
+        class ReseedsCuda(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                torch.cuda.manual_seed(0)
+                return x * (torch.rand_like(x) > 0.5).to(x.dtype)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad
+
+        @pytest.mark.autograd_op(op=LinearFunction)
+        def test_linear():
+            return [(torch.randn(3, 4), torch.randn(2, 4), torch.randn(2))]
+
+        @pytest.mark.autograd_op(op=lambda x: torch.nn.functional.dropout(x, 0.5, training=True))
+        def test_dropout():
+            return [(torch.randn(3, 4),)]
+
+        @pytest.mark.autograd_op(op=ReseedsCuda)
+        def test_reseeds():
+            return [(torch.randn(3, 4),)]
+    """))
+    result = run_pytest("--autograd-checks=rng", "--autograd-devices=cuda")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*forward resets torch's global random number generator: the CUDA generator of "
+                                 "cuda:0's state after forward is the same whichever state it started from"])

@@ -8,6 +8,8 @@ are skipped when no GPU is present.
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import pytest
 import torch
@@ -409,3 +411,30 @@ def test_cuda_opcheck(ops):
 @CUDA
 def test_cuda_torch_compile(ops, no_tf32):
     _compile_check("cuda", torch.float32, 1e-4)
+
+
+# ---------------------------------------------------------------------------
+# Toolchains that would link a private libstdc++
+# ---------------------------------------------------------------------------
+
+
+def _fake_compiler(tmp_path, answer):
+    script = tmp_path / "fake-c++"
+    script.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_a_compiler_without_a_shared_libstdcxx_links_the_one_this_process_loaded(tmp_path):
+    flags = ext._libstdcxx_link_flags(_fake_compiler(tmp_path, "libstdc++.so"))
+    loaded = ext._loaded_libstdcxx()
+    assert loaded is not None, "torch loads libstdc++ on Linux"
+    assert flags == [f"-L{os.path.dirname(loaded)}", f"-l:{os.path.basename(loaded)}"]
+
+
+def test_a_compiler_with_a_shared_libstdcxx_gets_no_extra_link_flags(tmp_path):
+    shared = tmp_path / "libstdc++.so"
+    shared.write_text("")
+    assert ext._libstdcxx_link_flags(_fake_compiler(tmp_path, str(shared))) == []
+    assert ext._libstdcxx_link_flags(str(tmp_path / "no-such-compiler")) == []

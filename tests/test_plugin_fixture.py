@@ -1,5 +1,8 @@
 """The autograd_check fixture: the same checks and reports, called from inside any test."""
 
+import pytest
+import torch
+
 
 def test_the_fixture_passes_a_correct_op_and_returns_the_outcomes(pytester, run_pytest):
     pytester.makepyfile(
@@ -22,6 +25,7 @@ def test_the_fixture_passes_a_correct_op_and_returns_the_outcomes(pytester, run_
     run_pytest().assert_outcomes(passed=1)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens where CUDA is absent")
 def test_the_fixture_skips_absent_devices_with_the_reason(pytester, run_pytest):
     pytester.makepyfile(
         """

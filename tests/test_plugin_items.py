@@ -1,6 +1,7 @@
 """One marked test becomes one item per check and device, filtered by options, marker and ini."""
 
 import pytest
+import torch
 
 LINEAR_TEST = """
 import pytest
@@ -182,6 +183,7 @@ def test_marked_methods_of_a_test_class_expand_too(pytester, run_pytest):
                                  "*TestReLU::test_relu[[]reference-cpu[]] PASSED*"])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens where CUDA is absent")
 def test_absent_device_items_are_skipped_saying_cuda_is_not_available(pytester, run_pytest):
     linear_test(pytester)
     result = run_pytest("--autograd-devices=cpu,cuda", "--autograd-checks=gradcheck,reference", "-rs")
@@ -192,6 +194,7 @@ def test_absent_device_items_are_skipped_saying_cuda_is_not_available(pytester, 
     ])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens where CUDA is absent")
 def test_session_summary_tabulates_checks_by_device(pytester, run_pytest):
     linear_test(pytester)
     result = run_pytest("--autograd-devices=cpu,cuda", "--autograd-checks=gradcheck,reference")

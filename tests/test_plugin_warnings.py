@@ -36,7 +36,7 @@ def test_users_own_warning():
 
 def test_torch_internal_warnings_inside_checks_do_not_fail_correct_ops_under_W_error(pytester):
     pytester.makepyfile(test_ops=OPS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", "-v")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:benchmark", "-W", "error", "-v")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines_random([
         "*test_mul_with_jvp[[]forward_ad-cpu[]] PASSED*",
