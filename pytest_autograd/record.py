@@ -47,7 +47,7 @@ def worker_fields(test, seed, rerun, report=None, notes=()):
                       default=str)
 
 
-@dataclass
+@dataclass(eq=False)  # registered as a pytest plugin: pytest < 8 keeps plugins in sets, so it must stay hashable
 class Recorder:
     """Folds each item's phase reports into one record; writes them all at the end (controller only)."""
 
