@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pytest_autograd.builtin import pytest_autograd_register_checks  # noqa: E402
-from pytest_autograd.imperative import run_checks  # noqa: E402
-from pytest_autograd.registry import CheckRegistry  # noqa: E402
+from pytest_autograd.engine.builtin import register_builtin_checks  # noqa: E402
+from pytest_autograd.engine.api import run_checks  # noqa: E402
+from pytest_autograd.engine.registry import CheckRegistry  # noqa: E402
 from reference_ops import EXAMPLES  # noqa: E402
 
 CORE = ("gradcheck", "gradgradcheck", "parity", "reference")
@@ -35,7 +35,7 @@ CORE = ("gradcheck", "gradgradcheck", "parity", "reference")
 
 def registered_checks():
     registry = CheckRegistry()
-    pytest_autograd_register_checks(registry)
+    register_builtin_checks(registry)
     return registry
 
 

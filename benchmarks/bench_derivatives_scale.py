@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from pytest_autograd.imperative import run_checks
+from pytest_autograd.engine.api import run_checks
 from reference_ops import Cube, LinearFunction
 
 

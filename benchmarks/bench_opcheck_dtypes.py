@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pytest_autograd.checks.opcheck as opcheck  # noqa: E402
-from pytest_autograd.imperative import run_checks  # noqa: E402
+from pytest_autograd.engine.api import run_checks  # noqa: E402
 from reference_ops.transforms import row_sum, scaled_sin  # noqa: E402
 
 

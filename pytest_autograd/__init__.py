@@ -5,10 +5,13 @@ have no autograd tests never pay for importing torch. Names that need torch
 are therefore resolved lazily on first access.
 """
 
-from pytest_autograd.case import Sample
+from pytest_autograd.engine.case import Sample
+from pytest_autograd.engine.outcomes import UsageProblem
 
 __all__ = [
     "Sample",
+    "UsageProblem",
+    "Outcome",
     "Check",
     "CheckContext",
     "CheckFailure",
@@ -19,9 +22,10 @@ __all__ = [
 _LAZY = {
     "Check": "pytest_autograd.checks.base",
     "CheckContext": "pytest_autograd.checks.base",
-    "CheckFailure": "pytest_autograd.report",
-    "Report": "pytest_autograd.report",
-    "run_checks": "pytest_autograd.imperative",
+    "CheckFailure": "pytest_autograd.results.report",
+    "Report": "pytest_autograd.results.report",
+    "Outcome": "pytest_autograd.engine.api",
+    "run_checks": "pytest_autograd.engine.api",
 }
 
 

@@ -15,11 +15,13 @@ import torch
 from _pytest import pytester as pytester_module
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (torch.autograd.grad imports it, and sympy, on first use)
 
-import pytest_autograd.imperative  # noqa: F401
-import pytest_autograd.runner  # noqa: F401
+import pytest_autograd.engine.api  # noqa: F401
+import pytest_autograd.engine.running  # noqa: F401
+import pytest_autograd.pytest_adapter.items  # noqa: F401
+import pytest_autograd.pytest_adapter.fixtures  # noqa: F401
 import reference_ops  # noqa: F401
 import reference_ops.buggy  # noqa: F401
-from pytest_autograd.builtin import builtin_check_names
+from pytest_autograd.engine.builtin import builtin_check_names
 
 # Without a GPU, Triton kernels run on CPU tensors in Triton's interpreter. It is
 # read when triton is first imported (torch._dynamo imports it), so it is

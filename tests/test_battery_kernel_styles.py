@@ -28,7 +28,7 @@ from reference_ops.surrogate import (
 from reference_ops.variance import TwoPassVariance, textbook_variance_reference, variance_samples
 
 pytestmark = [
-    pytest.mark.filterwarnings("ignore::pytest_autograd.notes.AutogradNote"),
+    pytest.mark.filterwarnings("ignore::pytest_autograd.engine.notes.AutogradNote"),
     # torch.utils.checkpoint warns when the checks call the op without gradients (finite differences, no-grad subsets)
     pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad=True:UserWarning"),
 ]

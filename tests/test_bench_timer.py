@@ -203,7 +203,7 @@ class SlowForwardCheapBackward(torch.autograd.Function):
 
 def test_backward_alone_does_not_count_the_forward():
     from pytest_autograd.bench.measure import bench_point
-    from pytest_autograd.case import Sample, build_case
+    from pytest_autograd.engine.case import Sample, build_case
 
     SlowForwardCheapBackward.iterations = calibrated_iterations(2e-3)
     sample = Sample(torch.randn(16))

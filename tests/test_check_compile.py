@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import pytest_autograd.checks.compile  # noqa: F401
-from pytest_autograd.imperative import run_checks
+from pytest_autograd.engine.api import run_checks
 from reference_ops import Cube
 from reference_ops.transforms import CubeValidatesInput, scaled_row_sum
 

@@ -147,7 +147,7 @@ def test_the_shortcut_is_still_caught_beside_constant_row_indices(pytester):
 
 
 def test_only_differentiated_arguments_are_scaled():
-    from pytest_autograd.case import Sample
+    from pytest_autograd.engine.case import Sample
     from pytest_autograd.checks._transforms import cast_sample as scale_sample
 
     x, rows, index = torch.randn(3, 4), torch.tensor([2.0, 0.0]), torch.tensor([1, 0])

@@ -105,9 +105,9 @@ def test_positive_grad_only_is_caught_when_the_sample_comes_from_the_seeded_rng(
 
 
 def test_the_checks_random_stream_differs_from_the_bodys():
-    from pytest_autograd.case import Sample, build_case
+    from pytest_autograd.engine.case import Sample, build_case
     from pytest_autograd.checks.base import CheckContext
-    from pytest_autograd.execution import random_cotangents
+    from pytest_autograd.engine.execution import random_cotangents
 
     torch.manual_seed(1234)
     x = torch.randn(3, 4, dtype=torch.float64)

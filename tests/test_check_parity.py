@@ -22,9 +22,9 @@ FAKE_CUDA = """
 import pytest
 import torch
 
-from pytest_autograd import runner
+from pytest_autograd.pytest_adapter import items
 from pytest_autograd.checks import base
-from pytest_autograd.execution import Prepared
+from pytest_autograd.engine.execution import Prepared
 
 
 class FakeCudaTensor(torch.Tensor):
@@ -39,7 +39,7 @@ def on_fake_cuda(value):
 
 @pytest.fixture(autouse=True)
 def fake_cuda(monkeypatch):
-    real_prepare, real_problem = base.prepare, runner.device_problem
+    real_prepare, real_problem = base.prepare, items.device_problem
 
     def prepare(case, sample, device, **kwargs):
         if str(device) != "cuda":
@@ -53,7 +53,7 @@ def fake_cuda(monkeypatch):
         return Prepared(args, kwargs, on_cpu.slots, leaves, on_cpu.names)
 
     monkeypatch.setattr(base, "prepare", prepare)
-    monkeypatch.setattr(runner, "device_problem", lambda device: None if device == "cuda" else real_problem(device))
+    monkeypatch.setattr(items, "device_problem", lambda device: None if device == "cuda" else real_problem(device))
 """
 
 OPS = """
@@ -180,7 +180,7 @@ def test_the_rerun_command_selects_the_fake_device_item(pytester, run_pytest):
 
 
 def parity_context(op, sample):
-    from pytest_autograd.case import build_case
+    from pytest_autograd.engine.case import build_case
     from pytest_autograd.checks.base import CheckContext
 
     case = build_case({"op": op}, [sample])
@@ -191,7 +191,7 @@ def verdict(op_on_cpu, op_on_device, *args):
     """compare_runs on two runs, as parity calls it; returns the failure report or None."""
     from pytest_autograd import Sample
     from pytest_autograd.checks._pairs import compare_runs
-    from pytest_autograd.report import CheckFailure
+    from pytest_autograd.results.report import CheckFailure
 
     sample = Sample(*args)
     context = parity_context(op_on_cpu, sample)

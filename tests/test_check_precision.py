@@ -5,7 +5,8 @@ import torch
 
 import pytest_autograd.checks.precision  # noqa: F401
 import reference_ops.transforms  # noqa: F401
-from pytest_autograd.case import OpCase, UsageProblem
+from pytest_autograd.engine.case import OpCase
+from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.checks._transforms import check_dtypes
 
 OPS = """
@@ -111,7 +112,7 @@ def test_a_reference_that_raises_is_blamed_instead_of_the_op(pytester):
 
 def test_a_16_bit_dtype_refused_by_torch_or_by_a_triton_kernel_compile_is_recognised_as_unsupported():
     from pytest_autograd.checks._transforms import unsupported_dtype
-    from pytest_autograd.execution import OpRaised
+    from pytest_autograd.engine.execution import OpRaised
 
     class CompilationError(Exception):  # triton.compiler.errors.CompilationError keeps the inner error's repr
         pass

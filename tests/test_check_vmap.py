@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pytest_autograd.imperative import run_checks
+from pytest_autograd.engine.api import run_checks
 from reference_ops.transforms import RowDot
 
 OPS = """

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_autograd.imperative import run_checks
+from pytest_autograd.engine.api import run_checks
 from reference_ops import EXAMPLES
 from reference_ops.edges import EDGE_OPS
 from reference_ops.transforms import (

@@ -126,5 +126,25 @@ def test_the_fixture_skips_with_the_reasons_when_every_check_it_ran_was_skipped(
     )
     result = run_pytest("-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED*autograd_check: every check was skipped, so nothing was checked "
-                                 "(reference-cpu: *; parity-cpu: parity compares a non-CPU device against CPU*)"])
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_*.py:*: autograd_check: every check was skipped, so nothing "
+                                 "was checked: no reference=* (reference-cpu); parity compares a non-CPU device "
+                                 "against CPU* (parity-cpu)"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens where CUDA is absent")
+def test_the_fixture_states_a_skip_reason_shared_by_many_checks_once(pytester, run_pytest):
+    pytester.makepyfile(
+        """
+        import torch
+        from reference_ops import MyReLU
+
+        def test_relu(autograd_check):
+            autograd_check(MyReLU, torch.tensor([-1.0, 2.0]), devices=["cuda"])
+        """
+    )
+    result = run_pytest("-rs")
+    result.assert_outcomes(skipped=1)
+    line = next(line for line in result.outlines if line.startswith("SKIPPED"))
+    assert line.count("CUDA is not available") == 1, line
+    assert "(gradcheck-cuda, gradgradcheck-cuda, parity-cuda, reference-cuda and " in line, line
+    assert len(line) < 400, line

@@ -2,7 +2,7 @@
 
 import torch
 
-from pytest_autograd.imperative import run_checks
+from pytest_autograd.engine.api import run_checks
 from reference_ops.modules import FunctionLinear
 
 MODULES = """

@@ -91,7 +91,7 @@ def test_xdist_workers_records_reach_one_file(pytester):
 
 
 def test_a_records_test_name_drops_only_the_check_and_device_part():
-    from pytest_autograd.record import test_name
+    from pytest_autograd.pytest_adapter.record import test_name
 
     assert test_name("t.py::test_x[gradcheck-cpu]", "gradcheck-cpu") == "t.py::test_x"
     assert test_name("t.py::test_x[gradcheck-cpu-4]", "gradcheck-cpu") == "t.py::test_x[4]"

@@ -4,7 +4,7 @@ import functools
 
 import torch
 
-from pytest_autograd.naming import display_name
+from pytest_autograd.results.naming import display_name
 from reference_ops import LinearFunction
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import pytest_autograd.reporting
+import pytest_autograd.pytest_adapter.reporting
 
 CUBE = """
 import pytest, torch
@@ -66,7 +66,7 @@ def test_passing_items_draw_nothing(pytester, run_pytest):
 
 
 def test_plots_without_matplotlib_are_refused_with_the_install_hint(pytester, run_pytest, monkeypatch):
-    monkeypatch.setattr(pytest_autograd.reporting, "matplotlib_installed", lambda: False)
+    monkeypatch.setattr(pytest_autograd.pytest_adapter.reporting, "matplotlib_installed", lambda: False)
     pytester.makepyfile(test_ops=CUBE)
     result = run_pytest("--autograd-plots=pictures")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from pytest_autograd.budget import call_with_limit, parse_seconds
+from pytest_autograd.engine.budget import call_with_limit
+from pytest_autograd.pytest_adapter.timeout import parse_seconds
 
 OPS = """
 import time

@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed: pip install -e '.[test]' installs it")
 
-from pytest_autograd.triton_interpreter import interpreter_on  # noqa: E402
+from pytest_autograd.engine.triton_interpreter import interpreter_on  # noqa: E402
 
 if not interpreter_on() and not torch.cuda.is_available():
     pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1 set before triton is imported",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_autograd.triton_interpreter import interpreted_kernels_reason, interpreter_on
+from pytest_autograd.engine.triton_interpreter import interpreted_kernels_reason, interpreter_on
 
 BENCH = ["--autograd-checks=bench", "--autograd-bench", "--autograd-bench-budget=0.01",
          "--autograd-bench-warmup=0.001", "-rs"]

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed: pip install -e '.[test]' installs it")
 
-from pytest_autograd.triton_interpreter import interpreter_on  # noqa: E402
+from pytest_autograd.engine.triton_interpreter import interpreter_on  # noqa: E402
 from reference_ops.triton_ops import (  # noqa: E402
     ROWS_PER_PROGRAM,
     TritonRMSNorm,

@@ -346,7 +346,7 @@ def _triton_interpreter_problem():
     """Why a Triton page cannot run here (its runs are on CPU, in Triton's interpreter), or None."""
     import importlib.util
 
-    from pytest_autograd.triton_interpreter import interpreter_on
+    from pytest_autograd.engine.triton_interpreter import interpreter_on
 
     if importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install -e '.[test]' installs it"

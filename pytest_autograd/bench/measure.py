@@ -16,10 +16,15 @@ from pytest_autograd.bench import roofline
 from pytest_autograd.bench.config import DIRECTIONS
 from pytest_autograd.bench.measure_info import cpu_count, cpu_name
 from pytest_autograd.bench.timers import measure
-from pytest_autograd.case import UsageProblem
-from pytest_autograd.compare import dtype_label
-from pytest_autograd.execution import OpRaised, flatten_outputs, floating_dtype, prepare
-from pytest_autograd.naming import display_name
+from pytest_autograd.engine.execution import (
+    OpRaised,
+    flatten_outputs,
+    floating_dtype,
+    prepare,
+)
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.compare import dtype_label
+from pytest_autograd.results.naming import display_name
 
 FORWARD, BACKWARD, BOTH = DIRECTIONS
 

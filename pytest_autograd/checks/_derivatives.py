@@ -17,10 +17,16 @@ that is only right for positive grad_outputs fails, and both tell kinks
 
 from pytest_autograd.checks._jacobian import exhaustive
 from pytest_autograd.checks._kinks import KinkNotes
-from pytest_autograd.checks._numerical import DerivativeError, Evaluator, pick, unravel, worst_of
+from pytest_autograd.checks._numerical import (
+    DerivativeError,
+    Evaluator,
+    pick,
+    unravel,
+    worst_of,
+)
 from pytest_autograd.checks._probing import probing
-from pytest_autograd.compare import fmt_index
-from pytest_autograd.execution import grads_of, random_cotangents
+from pytest_autograd.engine.execution import grads_of, random_cotangents
+from pytest_autograd.results.compare import fmt_index
 
 EPS = 1e-6
 ATOL = 1e-5

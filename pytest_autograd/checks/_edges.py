@@ -24,8 +24,8 @@ from pytest_autograd.checks._transforms import (
     paired_tensors,
     unsupported_dtype,
 )
-from pytest_autograd.compare import dtype_label, fmt, fmt_index
-from pytest_autograd.execution import OpRaised
+from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
 
 REFERENCE_K = 2.0  # the op may be this many times as wrong as the reference in the same dtype
 CONDITION_K = 16.0  # ... or this many times the truth's own movement under one rounding of the inputs

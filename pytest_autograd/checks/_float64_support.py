@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.compare import dtype_label
-from pytest_autograd.execution import OpRaised, grads_of, random_cotangents
+from pytest_autograd.engine.execution import OpRaised, grads_of, random_cotangents
+from pytest_autograd.results.compare import dtype_label
 
 LOW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # most precise first
 
@@ -66,7 +66,7 @@ def float64_plan(context, sample):
 
 def sample_dtype(context, sample):
     """The sample's own dtype, or the plan's when the sample is float64 and the op cannot run in it."""
-    from pytest_autograd.execution import floating_dtype
+    from pytest_autograd.engine.execution import floating_dtype
 
     dtype = floating_dtype(sample)
     if dtype == torch.float64:

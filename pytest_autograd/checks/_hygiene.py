@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.execution import OpRaised, flatten_outputs
+from pytest_autograd.engine.execution import OpRaised, flatten_outputs
 
 
 class HygieneWarning(UserWarning):

@@ -11,10 +11,15 @@ import warnings
 import torch
 
 from pytest_autograd.checks._kinks import jump_mask, kink_mask
-from pytest_autograd.checks._numerical import DerivativeError, index_label, pick, worst_of
-from pytest_autograd.compare import fmt_index
-from pytest_autograd.evidence import Evidence
-from pytest_autograd.execution import grads_of
+from pytest_autograd.checks._numerical import (
+    DerivativeError,
+    index_label,
+    pick,
+    worst_of,
+)
+from pytest_autograd.engine.execution import grads_of
+from pytest_autograd.results.compare import fmt_index
+from pytest_autograd.results.evidence import Evidence
 
 JUMP_COLUMNS = 256  # mismatching input elements re-measured with half the step
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pytest_autograd.compare import fmt
+from pytest_autograd.results.compare import fmt
 
 
 def kink_mask(central, right, left, analytical, atol, rtol):

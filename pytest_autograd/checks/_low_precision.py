@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._measured_differences import find_low_precision_error
-from pytest_autograd.compare import dtype_label, fmt, fmt_index
-from pytest_autograd.execution import OpRaised, differentiable_indices
-
+from pytest_autograd.engine.execution import OpRaised, differentiable_indices
+from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
 
 # ---------------------------------------------------------------------------
 # With a reference: gradients against the reference's float64 gradients
@@ -82,7 +81,7 @@ def judge_first_derivatives(context, sample, plan):
     """gradcheck for an op that cannot run in float64: fails through ``context``, notes on pass."""
     from pytest_autograd.checks._hints import derivative_hint
     from pytest_autograd.checks._surrogate import SURROGATE_HINT, looks_like_surrogate
-    from pytest_autograd.notes import note
+    from pytest_autograd.engine.notes import note
 
     case, dtype = context.case, plan.dtype
     details = [f"strategy: {plan.note('gradcheck', case.reference is not None)}"]
@@ -118,7 +117,7 @@ def judge_second_derivatives(context, sample, plan, backward_of):
     ``backward_of(prepared, outputs, differentiable)`` returns ``(leaves ->
     first gradients, leaves, names)``, what gradgradcheck differentiates.
     """
-    from pytest_autograd.notes import note
+    from pytest_autograd.engine.notes import note
 
     case, dtype = context.case, plan.dtype
     details = [f"strategy: {plan.note('gradgradcheck', case.reference is not None)}"]
@@ -152,7 +151,7 @@ def judge_second_derivatives(context, sample, plan, backward_of):
 
 def _note_kinks(check, kinks):
     if kinks:
-        from pytest_autograd.notes import note
+        from pytest_autograd.engine.notes import note
 
         note(f"{check}: at {', '.join(kinks[:3])}{' and more' if len(kinks) > 3 else ''} the one-sided differences "
              "differ (a kink) and the analytical value is one of them or between them: noted, not failed")
@@ -166,7 +165,11 @@ def _precision_k(case):
 
 def _reference_runs(context, sample, dtype):
     """(op in dtype, reference in float64, reference in dtype or None) on the same rounded inputs and cotangents."""
-    from pytest_autograd.checks._transforms import ReferenceRaised, cast_sample, forward_and_backward
+    from pytest_autograd.checks._transforms import (
+        ReferenceRaised,
+        cast_sample,
+        forward_and_backward,
+    )
 
     low = cast_sample(sample, dtype)
     op_low, cotangents = forward_and_backward(context, low, dtype)

@@ -16,8 +16,12 @@ import math
 import torch
 
 from pytest_autograd.checks._numerical import DerivativeError, pick
-from pytest_autograd.compare import dtype_label, fmt, fmt_index
-from pytest_autograd.execution import differentiable_indices, grads_of, random_cotangents
+from pytest_autograd.engine.execution import (
+    differentiable_indices,
+    grads_of,
+    random_cotangents,
+)
+from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
 
 STEP_FACTORS = (2.0, 1.0, 0.5)  # of the base step eps ** (1/3) * max|x|
 ELEMENT_PROBES = 6  # per argument, besides two random directions

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pytest_autograd.compare import fmt, fmt_index
+from pytest_autograd.results.compare import fmt, fmt_index
 
 
 @dataclass

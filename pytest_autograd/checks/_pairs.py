@@ -4,7 +4,7 @@ Used by parity (device vs CPU) and reference (op vs reference). Both sides
 get the same cotangent, so gradients are comparable element by element.
 """
 
-from pytest_autograd.execution import grads_of, output_label, random_cotangents
+from pytest_autograd.engine.execution import grads_of, output_label, random_cotangents
 
 
 def compare_runs(context, expected_side, got_side, expected_label, got_label):

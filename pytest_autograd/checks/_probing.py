@@ -22,7 +22,7 @@ import torch
 
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
-from pytest_autograd.compare import fmt_index
+from pytest_autograd.results.compare import fmt_index
 
 PROBES = 3  # independent whole-input directions
 NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-difference error

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.compare import dtype_label, fmt, tolerance_for
+from pytest_autograd.results.compare import dtype_label, fmt, tolerance_for
 
 
 @dataclass
@@ -35,8 +35,13 @@ def reference_is_farther(context, sample, dtype):
     None when the op is the farther one somewhere (or float64 cannot be run):
     the direct comparison's failure then stands.
     """
-    from pytest_autograd.checks._transforms import cast_sample, forward_and_backward, normwise_error, paired_tensors
-    from pytest_autograd.execution import OpRaised
+    from pytest_autograd.checks._transforms import (
+        cast_sample,
+        forward_and_backward,
+        normwise_error,
+        paired_tensors,
+    )
+    from pytest_autograd.engine.execution import OpRaised
 
     case = context.case
     low = cast_sample(sample, dtype)

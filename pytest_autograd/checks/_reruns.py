@@ -10,7 +10,7 @@ import torch
 
 def seed_generators(device, seed):
     """Seed the CPU generator, and the item's CUDA device's one (``cuda:1``'s, not the current device's)."""
-    from pytest_autograd.runner import cuda_devices
+    from pytest_autograd.engine.devices import cuda_devices
 
     torch.default_generator.manual_seed(seed)
     for index in cuda_devices(device):
@@ -31,7 +31,7 @@ def compare_runs(context, expected, got, summary, what, **fields):
     """Fail unless two runs of the op agree: dtype tolerances, widened to ``nondet_tol=`` when the op declares one."""
     if identical(expected, got):
         return
-    from pytest_autograd.compare import compare_tensors
+    from pytest_autograd.results.compare import compare_tensors
 
     atol, rtol = context.tolerance(expected.dtype)
     declared = context.case.option("nondet_tol", 0.0)

@@ -9,7 +9,7 @@ so; reference (against a reference with the same surrogate) and the
 hygiene checks still run.
 """
 
-from pytest_autograd.case import UsageProblem
+from pytest_autograd.engine.outcomes import UsageProblem
 
 OPTION = {"surrogate_grad": None}
 

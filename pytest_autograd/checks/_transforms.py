@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.case import UsageProblem, is_autograd_function
-from pytest_autograd.compare import fmt, fmt_index
-from pytest_autograd.execution import OpRaised, grads_of, output_label
+from pytest_autograd.engine.case import is_autograd_function
+from pytest_autograd.engine.execution import OpRaised, grads_of, output_label
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.compare import fmt, fmt_index
 
 DTYPE_NAMES = {
     "float64": torch.float64, "double": torch.float64,

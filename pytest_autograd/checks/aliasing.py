@@ -19,7 +19,12 @@ are not outputs or views of one), which must not change the gradients at all.
 from pytest_autograd.checks._hygiene import call_with, shares_storage, tensor_arguments
 from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
+from pytest_autograd.engine.execution import (
+    OpRaised,
+    grads_of,
+    output_label,
+    random_cotangents,
+)
 
 FACTOR = -2.0
 VERSION_ERROR = "modified by an inplace operation"

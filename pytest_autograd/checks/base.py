@@ -7,10 +7,15 @@ built-in ones.
 
 import torch
 
-from pytest_autograd.compare import Mismatch, compare_tensors, dtype_label, tolerance_for
-from pytest_autograd.evidence import Evidence
-from pytest_autograd.execution import OpRaised, floating_dtype, prepare, run_op
-from pytest_autograd.report import CheckFailure, Report
+from pytest_autograd.engine.execution import OpRaised, floating_dtype, prepare, run_op
+from pytest_autograd.results.compare import (
+    Mismatch,
+    compare_tensors,
+    dtype_label,
+    tolerance_for,
+)
+from pytest_autograd.results.evidence import Evidence
+from pytest_autograd.results.report import CheckFailure, Report
 
 
 class Check:
@@ -62,7 +67,7 @@ class CheckContext:
         text = where + text
         if text not in self.notes:
             self.notes.append(text)
-            from pytest_autograd.notes import note
+            from pytest_autograd.engine.notes import note
 
             note(text)
 
@@ -88,7 +93,7 @@ class CheckContext:
 
     def fail_reference_raised(self, raised):
         """Fail because ``reference=`` raised (an OpRaised from calling it): blame the reference, not the op."""
-        from pytest_autograd.case import op_display_name
+        from pytest_autograd.engine.case import op_display_name
 
         where = raised.where()
         self.fail(f"reference={op_display_name(self.case.reference)} raised {type(raised.error).__name__} in its "

@@ -11,12 +11,12 @@ import torch
 from pytest_autograd.bench import config as bench_config
 from pytest_autograd.bench.config import BadSetting
 from pytest_autograd.bench.measure import bench_point, machine_info
-from pytest_autograd.bench.plugin import OFF_REASON, bench_enabled, stable_nodeid, state_of, sweep_parameter
 from pytest_autograd.bench.results import BaselineProblem, make_rows
-from pytest_autograd.case import UsageProblem
+from pytest_autograd.bench.state import OFF_REASON, stable_nodeid, sweep_parameter
 from pytest_autograd.checks._transforms import forward_and_backward
 from pytest_autograd.checks.base import Check
-from pytest_autograd.triton_interpreter import interpreted_kernels_reason
+from pytest_autograd.engine.outcomes import UsageProblem, skip
+from pytest_autograd.engine.triton_interpreter import interpreted_kernels_reason
 
 
 class Bench(Check):
@@ -36,9 +36,10 @@ class Bench(Check):
     }
 
     def applies(self, case, device):
-        if case.config is None:
+        state = case.run_options.bench if case.run_options is not None else None
+        if state is None:
             return "benchmarks run under pytest with --autograd-bench (or use the autograd_bench fixture)"
-        if not bench_enabled(case.config):
+        if not state.enabled:
             return OFF_REASON
         return None
 
@@ -46,10 +47,8 @@ class Bench(Check):
         case = context.case
         refusal = interpreted_kernels_reason(lambda: forward_and_backward(context, case.samples[0], None))
         if refusal:
-            from pytest_autograd.runner import skip_here
-
-            skip_here(refusal)
-        state = state_of(case.config)
+            skip(refusal)
+        state = case.run_options.bench
         item = state.current_item
         where = item.nodeid if item is not None else case.name
         try:

@@ -19,8 +19,8 @@ import torch
 
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised
-from pytest_autograd.report import CheckFailure
+from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.results.report import CheckFailure
 
 MISMATCH_HINT = ("eager and compiled code disagree: typical causes are a custom op's fake impl that differs "
                  "from its kernel in shape, dtype or strides (run the opcheck check), an input mutated but not "

@@ -6,14 +6,13 @@ runs then cannot be reproduced. Ops that accept this (atomics on purpose)
 declare the bound with ``nondet_tol=`` on the marker.
 """
 
-import pytest
 import torch
 
-from pytest_autograd.case import UsageProblem
 from pytest_autograd.checks._hygiene import max_difference
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import fmt, fmt_index
-from pytest_autograd.execution import grads_of, output_label, random_cotangents
+from pytest_autograd.engine.execution import grads_of, output_label, random_cotangents
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.compare import fmt, fmt_index
 
 
 class Determinism(Check):
@@ -27,7 +26,7 @@ class Determinism(Check):
             prepared = context.prepare(sample)
             first, cotangents = _run(context, prepared, None)
             second, _ = _run(context, prepared, cotangents)
-            differences = _differences(first, second)
+            differences = _differences(context, first, second)
             worst = max(differences, key=lambda d: d[1], default=None)
             if worst is None or worst[1] <= tolerance:
                 continue
@@ -74,11 +73,11 @@ def _run(context, prepared, cotangents):
     return named, cotangents
 
 
-def _differences(first, second):
+def _differences(context, first, second):
     """(label, largest difference, index, count, numel, (first, second)) for each result."""
     found = []
     if len(first) != len(second):
-        pytest.fail("the op returned a different number of outputs on the second run", pytrace=False)
+        context.fail("the op returned a different number of outputs on the second run")
     for (label, a), (_, b) in zip(first, second):
         if a.shape != b.shape:
             found.append((label, float("inf"), (), a.numel(), a.numel(), (list(a.shape), list(b.shape))))
@@ -101,14 +100,14 @@ def _item(value):
 
 def _same_when_reseeded(context, prepared, cotangents):
     """True when reseeding torch's RNG before each run makes the two runs agree."""
-    from pytest_autograd.runner import cuda_devices
+    from pytest_autograd.engine.devices import cuda_devices
 
     runs = []
     for _ in range(2):
         with torch.random.fork_rng(devices=cuda_devices(context.device)):
             torch.manual_seed(context.seed)
             runs.append(_run(context, prepared, cotangents)[0])
-    return all(largest == 0 for _, largest, *_ in _differences(*runs))
+    return all(largest == 0 for _, largest, *_ in _differences(context, *runs))
 
 
 check = Determinism()

@@ -17,16 +17,21 @@ longer than the smallest one is stopped, and the larger ones with it.
 import math
 import time
 
-import pytest
 import torch
 
-from pytest_autograd.budget import call_with_limit, item_seconds
 from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots
 from pytest_autograd.checks._float64_support import float64_plan
-from pytest_autograd.checks._transforms import ReferenceRaised, cast_sample, check_dtypes, unsupported_dtype
+from pytest_autograd.checks._transforms import (
+    ReferenceRaised,
+    cast_sample,
+    check_dtypes,
+    unsupported_dtype,
+)
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import dtype_label, fmt
-from pytest_autograd.execution import OpRaised
+from pytest_autograd.engine.budget import call_with_limit
+from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.results.compare import dtype_label, fmt
 
 TINY = "tiny: squares underflow to 0"
 MODERATE = {
@@ -67,10 +72,10 @@ class Extreme(Check):
         case = context.case
         dtypes, explicit = check_dtypes(case, context.device)
         if not dtypes:
-            pytest.skip("dtypes= on the marker declares no dtype below float64 to check")
+            skip("dtypes= on the marker declares no dtype below float64 to check")
         refused = case.reference is None and next(filter(None, (float64_plan(context, s) for s in case.samples)), None)
         if refused:
-            pytest.skip(f"{refused.reason}: without reference= there is no float64 truth for extreme inputs")
+            skip(f"{refused.reason}: without reference= there is no float64 truth for extreme inputs")
         unsupported, notes, judged = [], {}, 0
         for dtype in dtypes:
             try:
@@ -82,10 +87,10 @@ class Extreme(Check):
                     raise
                 unsupported.append(dtype_label(dtype))
         if unsupported and len(unsupported) == len(dtypes):
-            pytest.skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
+            skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
         lines = [f"{reason} at max |x| = {', '.join(dict.fromkeys(values))}" for reason, values in notes.items()]
         if not judged and lines:
-            pytest.skip("no magnitude could be judged: " + "; ".join(lines))
+            skip("no magnitude could be judged: " + "; ".join(lines))
         for line in lines:
             context.note(f"extreme: {line}")
 
@@ -98,7 +103,7 @@ def _check_dtype(context, dtype, notes):
     is stopped, and the larger ones are not run.
     """
     judged, stopped_at = 0, math.inf
-    seconds_left = item_seconds(context.case.config)
+    seconds_left = context.case.run_options.seconds
     cap = max(MAGNITUDE_SECONDS, seconds_left / (len(magnitudes(dtype)) + 1)) if seconds_left else None
     for index, sample in context.samples():
         slots = differentiated_slots(context.case, sample)

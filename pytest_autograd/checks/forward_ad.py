@@ -14,8 +14,7 @@ from pytest_autograd.checks._derivatives import ATOL, EPS, RTOL
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import compare_tensors, fmt
-from pytest_autograd.execution import (
+from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
     grads_of,
@@ -23,6 +22,8 @@ from pytest_autograd.execution import (
     output_label,
     random_cotangents,
 )
+from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.results.compare import compare_tensors, fmt
 
 
 class ForwardAD(Check):
@@ -43,9 +44,7 @@ class ForwardAD(Check):
         for index, sample in context.samples():
             plan = float64_plan(context, sample)
             if plan is not None:
-                from pytest_autograd.runner import skip_here
-
-                skip_here(f"{plan.reason}: forward-mode AD is checked against float64 central differences only")
+                skip(f"{plan.reason}: forward-mode AD is checked against float64 central differences only")
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
                 continue

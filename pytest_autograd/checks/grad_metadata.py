@@ -21,13 +21,13 @@ import torch
 from pytest_autograd.checks._float64_support import float64_plan, sample_dtype
 from pytest_autograd.checks._hygiene import HygieneWarning, call_with, function_node
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import dtype_label
-from pytest_autograd.execution import (
+from pytest_autograd.engine.execution import (
     OpRaised,
     grads_of,
     has_floating_input,
     random_cotangents,
 )
+from pytest_autograd.results.compare import dtype_label
 
 FINGERPRINT_MIN_ELEMENTS = 4  # non-zero gradient elements needed before the float32 fingerprint counts
 

@@ -10,13 +10,22 @@ building a Jacobian.
 
 import torch
 
-from pytest_autograd.checks._derivatives import KinkNotes, find_derivative_error, marker_tolerances
+from pytest_autograd.checks._derivatives import (
+    KinkNotes,
+    find_derivative_error,
+    marker_tolerances,
+)
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks._low_precision import judge_first_derivatives
-from pytest_autograd.checks._surrogate import OPTION, SURROGATE_HINT, looks_like_surrogate, surrogate_reason
+from pytest_autograd.checks._surrogate import (
+    OPTION,
+    SURROGATE_HINT,
+    looks_like_surrogate,
+    surrogate_reason,
+)
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import has_floating_input, output_label
+from pytest_autograd.engine.execution import has_floating_input, output_label
 
 
 class GradCheck(Check):

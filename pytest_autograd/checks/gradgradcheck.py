@@ -11,9 +11,11 @@ import math
 
 import torch
 
-from pytest_autograd.backward_only import SECOND_DERIVATIVE_REASON, only_backward_works
-from pytest_autograd.case import is_once_differentiable
-from pytest_autograd.checks._derivatives import KinkNotes, find_derivative_error, marker_tolerances
+from pytest_autograd.checks._derivatives import (
+    KinkNotes,
+    find_derivative_error,
+    marker_tolerances,
+)
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._low_precision import judge_second_derivatives
 from pytest_autograd.checks._second_derivative_hints import (
@@ -23,13 +25,19 @@ from pytest_autograd.checks._second_derivative_hints import (
 )
 from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import (
+from pytest_autograd.engine.backward_only import (
+    SECOND_DERIVATIVE_REASON,
+    only_backward_works,
+)
+from pytest_autograd.engine.case import is_once_differentiable
+from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
     has_floating_input,
     output_label,
     random_cotangents,
 )
+from pytest_autograd.engine.outcomes import skip
 
 NOT_DIFFERENTIABLE_HINT = (
     "backward is not differentiable w.r.t. `{name}`: it likely uses detached tensors (.detach(), .data, "
@@ -85,19 +93,13 @@ class GradGradCheck(Check):
                 notes.flush(context)
             except OpRaised as raised:
                 if only_backward_works(raised.error):
-                    from pytest import skip
-
                     skip(SECOND_DERIVATIVE_REASON)
                 if "once_differentiable" in str(raised.error):
-                    from pytest import skip
-
                     skip("the op's backward is @once_differentiable: its author declared no second derivative")
                 if refuses_double_backward(raised.error):
                     context.fail_raised(raised, "while taking the second derivative", hint=DOUBLE_BACKWARD_HINT)
                 raise
             if any(declared_once):
-                from pytest import skip
-
                 skip("part of the op's backward is @once_differentiable (its gradient graph holds an Error node): "
                      "its author declared no second derivative")
             if error is None:

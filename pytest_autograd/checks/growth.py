@@ -27,10 +27,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from pytest_autograd.case import UsageProblem
 from pytest_autograd.checks._hygiene import cuda_allocated, describe, fmt_bytes
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import grads_of, random_cotangents
+from pytest_autograd.engine.execution import grads_of, random_cotangents
+from pytest_autograd.engine.outcomes import UsageProblem
 
 DEFAULT_CALLS = 8
 SETTLE_PAUSES = (0.0, 0.002, 0.02)  # seconds before each reading of the device's allocated bytes

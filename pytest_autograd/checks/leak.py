@@ -36,7 +36,7 @@ from pytest_autograd.checks._hygiene import (
     tensor_arguments,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import grads_of, output_label, random_cotangents
+from pytest_autograd.engine.execution import grads_of, output_label, random_cotangents
 
 SAVE_HINT = ("save tensors the backward needs with ctx.save_for_backward(...) and read them back with "
              "ctx.saved_tensors; keep only non-tensors (shapes, flags, numbers) as ctx attributes")

@@ -15,11 +15,16 @@ import inspect
 
 import torch
 
-from pytest_autograd.case import UsageProblem
-from pytest_autograd.checks._hygiene import call_with, changed_elements, function_node, tensor_arguments
+from pytest_autograd.checks._hygiene import (
+    call_with,
+    changed_elements,
+    function_node,
+    tensor_arguments,
+)
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import fmt, fmt_index
-from pytest_autograd.execution import grads_of, output_label, random_cotangents
+from pytest_autograd.engine.execution import grads_of, output_label, random_cotangents
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.compare import fmt, fmt_index
 
 
 class Mutation(Check):

@@ -16,14 +16,20 @@ floating arguments of 2+ dims the op does not modify in place), and
 
 from dataclasses import dataclass
 
-import pytest
 import torch
 
 from pytest_autograd.checks._hygiene import call_with, tensor_arguments
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import compare_tensors
-from pytest_autograd.complex_views import as_complex
-from pytest_autograd.execution import OpRaised, grads_of, output_label, prepare, random_cotangents
+from pytest_autograd.engine.complex_views import as_complex
+from pytest_autograd.engine.execution import (
+    OpRaised,
+    grads_of,
+    output_label,
+    prepare,
+    random_cotangents,
+)
+from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.results.compare import compare_tensors
 
 HINT = ("the kernel reads memory as if the tensor were contiguous: call .contiguous() on inputs (and on "
         "grad_output in backward) before handing them to a kernel, or index with the tensor's strides")
@@ -122,7 +128,7 @@ class NonContiguous(Check):
                 if _check_plan(context, plan, layout, sample):
                     ran = True
         if not ran:
-            pytest.skip("no argument or output of any sample can be laid out non-contiguously")
+            skip("no argument or output of any sample can be laid out non-contiguously")
 
 
 def _written_slots(context, prepared):

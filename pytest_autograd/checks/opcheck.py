@@ -10,7 +10,8 @@ check names which of its tests failed and how to fix each.
 import torch
 
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import dtype_label
+from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.results.compare import dtype_label
 
 # opcheck's test -> (name in reports, what it verifies)
 TESTS = {
@@ -158,8 +159,6 @@ def resolve_overload(op, args, kwargs):
         return Record.found
     if "default" in op.overloads():
         return op.default
-    from pytest import skip
-
     skip(f"{qualified_name(op)} has overloads {', '.join(o or 'default' for o in op.overloads())} and the samples "
          "do not dispatch to one of them by name; pass the overload itself, e.g. op=torch.ops.ns.op.default")
 

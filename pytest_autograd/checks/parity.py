@@ -6,6 +6,7 @@ cotangent, with dtype-aware tolerances; integer outputs exactly.
 
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
+from pytest_autograd.engine.devices import devices_option
 
 
 class Parity(Check):
@@ -35,16 +36,8 @@ class Parity(Check):
 def _requested_devices(case):
     devices = case.options.get("devices")
     if devices:
-        from pytest_autograd.settings import devices_option
-
         return devices_option(devices, "devices=")
-    if case.config is not None:
-        from pytest_autograd.plugin import SETTINGS
-
-        settings = case.config.stash.get(SETTINGS, None)
-        if settings is not None:
-            return settings.devices
-    return []
+    return list(case.run_options.devices) if case.run_options is not None else []
 
 
 check = Parity()

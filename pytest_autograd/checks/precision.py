@@ -13,10 +13,8 @@ within a per-dtype tolerance.
 import math
 from dataclasses import dataclass
 
-import pytest
 import torch
 
-from pytest_autograd.case import UsageProblem
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import (
     HALF_DTYPES,
@@ -29,9 +27,10 @@ from pytest_autograd.checks._transforms import (
     unsupported_dtype,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import dtype_label, fmt
-from pytest_autograd.evidence import Evidence
-from pytest_autograd.execution import OpRaised, has_floating_input
+from pytest_autograd.engine.execution import OpRaised, has_floating_input
+from pytest_autograd.engine.outcomes import UsageProblem, skip
+from pytest_autograd.results.compare import dtype_label, fmt
+from pytest_autograd.results.evidence import Evidence
 
 FLOOR_ULPS = 8  # the budget's floor, in units of the dtype's eps
 TOLERANCES = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
@@ -52,7 +51,7 @@ class Precision(Check):
         case = context.case
         dtypes, explicit = check_dtypes(case, context.device)
         if not dtypes:
-            pytest.skip("dtypes= on the marker declares no dtype below float64 to check")
+            skip("dtypes= on the marker declares no dtype below float64 to check")
         k = _number(case.option("precision_k", 2.0), "precision_k")
         unsupported = []
         refused = None  # the op cannot run in float64: only the reference's float64 run is a truth
@@ -60,7 +59,7 @@ class Precision(Check):
             for index, sample in context.samples():
                 refused = refused or float64_plan(context, sample)
                 if refused is not None and case.reference is None:
-                    pytest.skip(f"{refused.reason}: without reference= there is no float64 truth to measure its "
+                    skip(f"{refused.reason}: without reference= there is no float64 truth to measure its "
                                 "precision against")
                 low = cast_sample(sample, dtype)
                 try:
@@ -89,7 +88,7 @@ class Precision(Check):
                 if violations:
                     _report(context, dtype, k, violations, op_truth, ref_truth)
         if unsupported and len(unsupported) == len(dtypes):
-            pytest.skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
+            skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
 
 
 def floor(dtype):
@@ -167,9 +166,7 @@ def _report(context, dtype, k, violations, op_truth, ref_truth):
         if maths > floor(torch.float32):
             # A maths error is the reference check's (and gradcheck's) to report; failing here too
             # would blame precision for it.
-            from pytest_autograd.runner import skip_here
-
-            skip_here(f"the op differs from the reference even in float64 (by {fmt(maths)} in "
+            skip(f"the op differs from the reference even in float64 (by {fmt(maths)} in "
                       f"{worst.pair.label}): a maths error, which the reference check reports; precision is "
                       "judged only once the maths agree")
     evidence = [Evidence.of(worst.pair.label, worst.pair.expected, worst.pair.got)]

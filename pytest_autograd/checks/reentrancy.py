@@ -13,7 +13,13 @@ the same calls.
 
 from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, grads_of, output_label, random_cotangents
+from pytest_autograd.engine.execution import (
+    OpRaised,
+    grads_of,
+    output_label,
+    random_cotangents,
+)
+from pytest_autograd.engine.outcomes import skip
 
 HINT = ("keep per-call state on ctx (ctx.save_for_backward for tensors, ctx attributes for the rest), never on "
         "the Function class or a module global, and build each gradient in a fresh tensor: state shared between "
@@ -27,9 +33,8 @@ class Reentrancy(Check):
     def run(self, context):
         prepared = [context.prepare(sample) for _, sample in context.samples()]
         if not any(p.leaves for p in prepared):
-            import pytest
 
-            pytest.skip("the op has no differentiable floating-point input to vary between two calls")
+            skip("the op has no differentiable floating-point input to vary between two calls")
         alone = {}  # sample index -> (seed, cotangents, detached results) of the sample run alone
         for index, first in enumerate(prepared):
             context.sample_index = index
@@ -49,10 +54,8 @@ class Reentrancy(Check):
                 except OpRaised:
                     if call == 0 or second is not first:
                         raise
-                    import pytest
-
-                    pytest.skip(f"the op raised on {label}, the second input it was given; return two samples so "
-                                "that interleaved calls can use both")
+                    skip(f"the op raised on {label}, the second input it was given; return two samples so "
+                         "that interleaved calls can use both")
             sequence = (f"interleaved: y1 = op(sample {index}); y2 = op({label}); backward(y1); backward(y2); "
                         "compared with each call run alone")
             try:

@@ -11,15 +11,16 @@ import inspect
 
 import torch
 
-from pytest_autograd.case import UsageProblem, op_display_name
 from pytest_autograd.checks._float64_support import float64_plan, sample_dtype
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks._reference_precision import reference_is_farther
 from pytest_autograd.checks.base import Check
-from pytest_autograd.compare import dtype_label
-from pytest_autograd.execution import OpRaised
-from pytest_autograd.notes import note
-from pytest_autograd.report import CheckFailure
+from pytest_autograd.engine.case import op_display_name
+from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.engine.notes import note
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.compare import dtype_label
+from pytest_autograd.results.report import CheckFailure
 
 
 class Reference(Check):

@@ -12,7 +12,14 @@ from itertools import combinations
 
 from pytest_autograd.checks._hygiene import quoted
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import OpRaised, floating_tensors, grads_of, output_label, random_cotangents
+from pytest_autograd.engine.execution import (
+    OpRaised,
+    floating_tensors,
+    grads_of,
+    output_label,
+    random_cotangents,
+)
+from pytest_autograd.engine.outcomes import skip
 
 ALL_SUBSETS_UP_TO = 4  # differentiable inputs; beyond this a covering set of subsets
 
@@ -62,10 +69,8 @@ class RequiresGrad(Check):
                 self._check_subset(context, sample, full, outputs, cotangents, expected,
                                    [full.slots[i] for i in subset])
         if not checked:
-            from pytest_autograd.runner import skip_here
-
             constants = context.case.option("constants")
-            skip_here(f"constants={constants!r} leaves fewer than two differentiable inputs in every sample: "
+            skip(f"constants={constants!r} leaves fewer than two differentiable inputs in every sample: "
                       "there is no subset of inputs to vary" if constants is not None else
                       "no sample has two differentiable inputs: there is no subset of inputs to vary")
 

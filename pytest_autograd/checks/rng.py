@@ -16,7 +16,7 @@ import torch
 
 from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import grads_of, random_cotangents
+from pytest_autograd.engine.execution import grads_of, random_cotangents
 
 HINT = ("draw from a generator of your own (g = torch.Generator(device).manual_seed(seed); torch.rand(..., "
         "generator=g)), or wrap the reseeding in `with torch.random.fork_rng():` so the caller's generator is "
@@ -41,7 +41,7 @@ class GlobalRng(Check):
 
 def _generators(device):
     """(label, get_state, advance) of the global generators this item's device uses."""
-    from pytest_autograd.runner import cuda_devices
+    from pytest_autograd.engine.devices import cuda_devices
 
     found = [("the CPU generator", torch.get_rng_state, lambda n: _draws(n, "cpu"))]
     for index in cuda_devices(device):

@@ -15,19 +15,19 @@ an undefined gradient reaches them when a downstream op's backward returns
 handle that too.
 """
 
-import pytest
 import torch
 
-from pytest_autograd.backward_only import autograd_grad
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import (
-    grads_of,
+from pytest_autograd.engine.backward_only import autograd_grad
+from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
+    grads_of,
     has_floating_input,
     output_label,
     random_cotangents,
 )
+from pytest_autograd.engine.outcomes import skip
 
 NONE_HINT = ("with ctx.set_materialize_grads(False), backward receives None for every output whose gradient is "
              "undefined: test `if grad is None` and use zeros (or skip that term); or drop "
@@ -69,7 +69,7 @@ class UndefinedGrad(Check):
                 self._check_partial(context, prepared, cotangents, kept, used, count)
             self._check_all_undefined(context, prepared, used, count)
         if not ran:
-            pytest.skip("no sample has a floating output that requires grad: there is no gradient to leave undefined")
+            skip("no sample has a floating output that requires grad: there is no gradient to leave undefined")
 
     def _check_partial(self, context, prepared, cotangents, kept, used, count):
         """Backward through the outputs in ``kept`` only; the rest get no gradient at all."""

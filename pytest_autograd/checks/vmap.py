@@ -12,7 +12,7 @@ import torch
 
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
-from pytest_autograd.execution import (
+from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
     flatten_outputs,

@@ -5,13 +5,18 @@ for floating inputs, casting and moving to a device, passing clones so an
 in-place op never touches a leaf, and flattening outputs.
 """
 
-import traceback
 from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.complex_views import as_complex, real_dtype, real_output, real_view_leaf
-from pytest_autograd.report import CheckFailure, Report
+from pytest_autograd.engine.complex_views import (
+    as_complex,
+    real_dtype,
+    real_output,
+    real_view_leaf,
+)
+from pytest_autograd.engine.outcomes import OpRaised, UsageProblem
+from pytest_autograd.results.report import CheckFailure, Report
 
 
 def is_differentiable_dtype(tensor):
@@ -124,9 +129,7 @@ def prepare(case, sample, device, dtype=None, requires_grad=True, only=None):
         try:
             return convert(slot, value)
         except (RuntimeError, NotImplementedError, TypeError) as error:
-            from pytest_autograd.case import UsageProblem
-
-            raise UsageProblem(
+                raise UsageProblem(
                 f"argument `{case.arg_name(slot)}` ({value.device.type} tensor, {value.dtype}) cannot be copied to "
                 f"{device}{' as ' + str(dtype) if dtype else ''}: {error}. Build samples from real data on the CPU; "
                 "the plugin moves them to each device."
@@ -164,23 +167,6 @@ def output_label(index, count):
     return "output" if count == 1 else f"output {index}"
 
 
-class OpRaised(Exception):
-    """The op (or its backward) raised; carries a short, user-facing description."""
-
-    def __init__(self, phase, error):
-        self.phase = phase
-        self.error = error
-        super().__init__(f"{phase} raised {type(error).__name__}: {error}")
-
-    def where(self):
-        frames = traceback.extract_tb(self.error.__traceback__)
-        user = [f for f in frames if "/torch/" not in f.filename and "pytest_autograd" not in f.filename]
-        if not user:  # raised inside torch (e.g. the engine rejecting a gradient's shape): torch's message says it
-            return None
-        frame = user[-1]
-        return f"{frame.filename}:{frame.lineno} in {frame.name}"
-
-
 def run_op(case, prepared, leaves=None, fn=None):
     """Call the op (or ``fn``) on fresh clones of the leaves; return flat outputs."""
     args, kwargs = prepared.call_args(leaves)
@@ -190,8 +176,6 @@ def run_op(case, prepared, leaves=None, fn=None):
         raise OpRaised("forward", error) from error
     outputs = flatten_outputs(result)
     if not outputs:
-        from pytest_autograd.case import UsageProblem
-
         raise UsageProblem(
             f"the {'function' if fn else 'op'} returned {type(result).__name__} ({result!r:.60}), which holds no "
             "tensor: there is nothing to check. Return the op's output tensors (a tensor, or a tuple/list/dict of them)."
@@ -204,7 +188,7 @@ def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None)
     pairs = [(o, c) for o, c in zip(outputs, cotangents) if c is not None and o.requires_grad]
     if not pairs:
         return [torch.zeros_like(leaf) for leaf in leaves]
-    from pytest_autograd.backward_only import autograd_grad
+    from pytest_autograd.engine.backward_only import autograd_grad
 
     try:
         grads = autograd_grad([o for o, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True,

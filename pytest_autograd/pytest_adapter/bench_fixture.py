@@ -10,11 +10,12 @@ import torch
 
 from pytest_autograd.bench.config import BadSetting, parse_directions
 from pytest_autograd.bench.measure import bench_point, machine_info
-from pytest_autograd.bench.plugin import stable_nodeid
 from pytest_autograd.bench.results import BaselineProblem, make_rows
-from pytest_autograd.case import Sample, UsageProblem, build_case, normalise_samples
-from pytest_autograd.execution import OpRaised
-from pytest_autograd.naming import display_name
+from pytest_autograd.bench.state import stable_nodeid
+from pytest_autograd.engine.case import Sample, build_case, normalise_samples
+from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.naming import display_name
 
 
 def make_bench(request, state):

@@ -6,64 +6,22 @@ through report ``user_properties``, so xdist workers and a plain run behave
 the same; only the controller writes JSON, baselines and plots.
 """
 
-import inspect
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from pytest_autograd.bench import config as bench_config
 from pytest_autograd.bench.config import BadSetting, TimerConfig
+from pytest_autograd.bench.state import (  # noqa: F401
+    GROUP_PREFIX,
+    OFF_REASON,
+    PROPERTY,
+    BenchState,
+    stable_nodeid,
+)
 
 STATE = pytest.StashKey()
-PROPERTY = "autograd_bench"
-GROUP_PREFIX = "autograd-bench-"
-OFF_REASON = "benchmarks are off: pass --autograd-bench to time this op"
-
-
-@dataclass
-class BenchState:
-    """Settings of this run plus what it collected."""
-
-    enabled: bool = False
-    only: bool = False
-    timer: TimerConfig = field(default_factory=TimerConfig)
-    json_path: Path = None
-    save: str = None
-    compare: str = None
-    fail_rules: list = None
-    plot_dir: Path = None
-    root: Path = Path(".")
-    rows: list = field(default_factory=list)
-    machine: dict = None
-    notes: list = field(default_factory=list)
-    current_item: object = None
-    _baselines: dict = field(default_factory=dict)
-
-    def baseline(self, name):
-        """The saved entries of baseline ``name`` (None when it does not exist yet), read once."""
-        from pytest_autograd.bench.results import baseline_path, load_baseline
-
-        if name not in self._baselines:
-            self._baselines[name] = load_baseline(baseline_path(self.root, name))
-        return self._baselines[name]
-
-    def compare_rows(self, rows):
-        """Annotate rows with the baseline; return regression lines (empty: none or no comparison)."""
-        if not self.compare:
-            return []
-        from pytest_autograd.bench.results import compare
-
-        return compare(rows, self.baseline(self.compare), self.fail_rules, self.compare)
-
-    def record(self, item, rows, machine):
-        """Attach rows to the item's report, whence they reach the summary (also from xdist workers)."""
-        if item is None:
-            self.rows.extend(rows)
-            self.machine = self.machine or machine
-            return
-        item.user_properties.append((PROPERTY, json.dumps({"rows": rows, "machine": machine}, default=str)))
 
 
 def state_of(config):
@@ -73,17 +31,6 @@ def state_of(config):
 def bench_enabled(config):
     state = state_of(config)
     return bool(state and state.enabled)
-
-
-def stable_nodeid(item):
-    """The item's nodeid without xdist's ``@group`` suffix, so baselines match with and without xdist."""
-    nodeid = item.nodeid
-    for mark in item.iter_markers("xdist_group"):
-        name = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
-        suffix = f"@{name}"
-        if nodeid.endswith(suffix):
-            nodeid = nodeid[: -len(suffix)]
-    return nodeid
 
 
 OPTIONS = [
@@ -186,7 +133,7 @@ def pytest_report_header(config):
     state = state_of(config)
     if not state or not state.enabled:
         return None
-    from pytest_autograd.bench.measure_info import cpu_name, cpu_count
+    from pytest_autograd.bench.measure_info import cpu_count, cpu_name
 
     timer = state.timer
     threads = f", {timer.threads} CPU thread(s)" if timer.threads else ""
@@ -197,7 +144,7 @@ def pytest_report_header(config):
 
 
 def _is_bench_item(item):
-    from pytest_autograd.plugin import item_spec
+    from pytest_autograd.pytest_adapter.keys import item_spec
 
     spec = item_spec(item)
     if spec is not None:
@@ -228,7 +175,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 def _default_device(config):
     try:
-        from pytest_autograd.plugin import SETTINGS
+        from pytest_autograd.pytest_adapter.keys import SETTINGS
 
         return config.stash[SETTINGS].devices[0]
     except (KeyError, IndexError, ImportError):
@@ -329,24 +276,6 @@ def _is_worker(config):
     return hasattr(config, "workerinput")
 
 
-def sweep_parameter(item, explicit):
-    """The test parameter a sweep size goes to: ``sweep_arg=`` or the first one with a default."""
-    try:
-        parameters = inspect.signature(item.obj).parameters
-    except (TypeError, ValueError, AttributeError):
-        parameters = {}
-    if explicit is not None:
-        if parameters and explicit not in parameters:
-            raise BadSetting(f"{item.nodeid}: sweep_arg={explicit!r} is not a parameter of {item.name}; "
-                             f"its parameters are: {', '.join(parameters) or 'none'}")
-        return explicit
-    for name, parameter in parameters.items():
-        if parameter.default is not inspect.Parameter.empty:
-            return name
-    raise BadSetting(f"{item.nodeid}: sweep= needs a test parameter with a default to receive the size, e.g. "
-                     "`def test_linear(size=256): ...`, or name one with sweep_arg=\"size\"")
-
-
 @pytest.fixture
 def autograd_bench(request):
     """``autograd_bench(fn, *args, reference=None, **options)``: time ``fn`` (and ``reference``).
@@ -358,6 +287,6 @@ def autograd_bench(request):
     """
     if not bench_enabled(request.config):
         pytest.skip("benchmarks are off: pass --autograd-bench to run autograd_bench")
-    from pytest_autograd.bench.fixture import make_bench
+    from pytest_autograd.pytest_adapter.bench_fixture import make_bench
 
     return make_bench(request, state_of(request.config))

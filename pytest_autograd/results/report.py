@@ -24,7 +24,7 @@ class Report:
     rerun: str = None
     nodeid: str = None
     picture: str = None  # path of the failure picture, with --autograd-plots
-    # Tensors behind the failure (pytest_autograd.evidence.Evidence), for pictures; never rendered as text.
+    # Tensors behind the failure (pytest_autograd.results.evidence.Evidence), for pictures; never rendered as text.
     evidence: list = field(default_factory=list, repr=False, compare=False)
 
     def render(self):

@@ -6,7 +6,7 @@ and generating items never imports torch before a marked test needs it.
 
 import importlib
 
-from pytest_autograd.check_scope import applies_under, registering_conftest_dir
+from pytest_autograd.engine.check_scope import applies_under, registering_conftest_dir
 
 
 class CheckRegistry:
@@ -37,7 +37,7 @@ class CheckRegistry:
         return self._scopes.get(name)
 
     def names_for(self, path):
-        """The checks that apply to the test file at ``path`` (see :mod:`pytest_autograd.check_scope`)."""
+        """The checks that apply to the test file at ``path`` (see :mod:`pytest_autograd.engine.check_scope`)."""
         return [name for name in self._entries if applies_under(self._scopes.get(name), path)]
 
     def visible_from(self, path):

@@ -98,3 +98,16 @@ def _safe(call):
         return call()
     except Exception:
         return None
+
+
+def did_you_mean(unknown, known):
+    """' (did you mean X?)' for the closest known names, or ''."""
+    import difflib
+
+    lowered = {name.lower(): name for name in known}
+    guesses = []
+    for name in unknown:
+        match = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=0.7)
+        if match:
+            guesses.append(lowered[match[0]])
+    return f" (did you mean {', '.join(dict.fromkeys(guesses))}?)" if guesses else ""

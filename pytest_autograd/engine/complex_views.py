@@ -32,7 +32,7 @@ def real_view_leaf(value, device, dtype=None):
 def as_complex(real_view):
     """``torch.complex(re, im)`` from a real view (any strides; differentiable, forward-mode too)."""
     if real_view.dtype not in COMPLEX_OF:
-        from pytest_autograd.execution import OpRaised
+        from pytest_autograd.engine.outcomes import OpRaised
 
         name = {torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(real_view.dtype, str(real_view.dtype))
         raise OpRaised("forward", NotImplementedError(

@@ -10,7 +10,7 @@ are never affected.
 
 import pytest
 
-from pytest_autograd.case import UsageProblem
+from pytest_autograd.engine.outcomes import UsageProblem
 
 OPTION = "xfail"
 DEFAULT_REASON = "expected to fail (xfail= on the autograd_op marker)"
@@ -29,7 +29,7 @@ def xfail_reasons(value, known_checks, where):
                            f"xfail={{'gradgradcheck': 'why it fails'}}, got {value!r}.")
     bad = [name for name in value if name not in known_checks]
     if bad:
-        from pytest_autograd.marker import did_you_mean
+        from pytest_autograd.pytest_adapter.marker import did_you_mean
 
         raise UsageProblem(f"{where}: xfail= names unknown check(s) {', '.join(map(repr, bad))}"
                            f"{did_you_mean([str(name) for name in bad], known_checks)}; "

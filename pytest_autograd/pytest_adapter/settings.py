@@ -1,12 +1,13 @@
 """Command-line options and their ini twins, validated without importing torch."""
 
-import re
 from dataclasses import dataclass
 
 import pytest
 
-DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")
-_DEVICE = re.compile(r"^(?P<kind>[a-z]+)(:(?P<index>\d+))?$")
+from pytest_autograd.engine import devices
+from pytest_autograd.engine.devices import split_names
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.naming import did_you_mean
 
 OPTIONS = {
     # name: (help, ini default)
@@ -84,30 +85,17 @@ def _getini(config, name):
         return getattr(raw, "value", raw)
 
 
-def split_names(text):
-    return [part.strip() for part in str(text).split(",") if part.strip()]
-
-
 def parse_devices(text, source):
-    devices = split_names(text)
-    if not devices:
-        raise pytest.UsageError(f"{source}: no device given; use e.g. --autograd-devices=cpu,cuda")
-    for device in devices:
-        match = _DEVICE.match(device)
-        if match is None or match.group("kind") not in DEVICE_TYPES:
-            from pytest_autograd.marker import did_you_mean
-
-            raise pytest.UsageError(
-                f"{source}: unknown device {device!r}{did_you_mean([device], DEVICE_TYPES)}; "
-                f"use one of {', '.join(DEVICE_TYPES)}, "
-                "optionally with an index such as cuda:1"
-            )
-    return list(dict.fromkeys(devices))
+    """``--autograd-devices`` (or its ini twin) as a list of names; a usage error names the mistake."""
+    try:
+        return devices.parse_devices(text, source)
+    except UsageProblem as problem:
+        raise pytest.UsageError(str(problem)) from None
 
 
 def _parse_seed(text):
     if text == "random":
-        from pytest_autograd.seeding import draw_random_seed
+        from pytest_autograd.engine.seeding import draw_random_seed
 
         return draw_random_seed()
     try:
@@ -118,11 +106,19 @@ def _parse_seed(text):
         ) from None
 
 
-def devices_option(value, source):
-    """``devices=`` as a marker or fixture gives it: a name, a ``torch.device``, or a list of either."""
-    if not isinstance(value, (list, tuple, set, frozenset)):
-        value = [value]
-    return parse_devices(",".join(map(str, value)), source)
+WORKER_INPUT_KEY = "autograd_seed"
+
+
+def base_seed_from_controller(config):
+    """The seed the xdist controller chose, on a worker; None elsewhere.
+
+    ``--autograd-seed=random`` is drawn once, on the xdist controller when there
+    is one, and handed to every worker, so all workers use the header's seed.
+    """
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict) and WORKER_INPUT_KEY in workerinput:
+        return int(workerinput[WORKER_INPUT_KEY])
+    return None
 
 
 @dataclass
@@ -135,8 +131,6 @@ class Settings:
     def from_config(cls, config):
         devices = parse_devices(option_value(config, "devices"), "--autograd-devices")
         checks = split_names(option_value(config, "checks")) or None
-        from pytest_autograd.seeding import base_seed_from_controller
-
         seed = base_seed_from_controller(config)
         if seed is None:
             seed = _parse_seed(option_value(config, "seed"))
@@ -147,8 +141,6 @@ class Settings:
             return
         unknown = [name for name in self.checks if name not in known]
         if unknown:
-            from pytest_autograd.marker import did_you_mean
-
             raise pytest.UsageError(
                 f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}{did_you_mean(unknown, known)}; "
                 f"known checks are: {', '.join(known)}. "

@@ -38,7 +38,7 @@ def applies_under(scope, path):
 
 def refuse_checks_out_of_scope(registry, mark, known_checks, where):
     """A check named on the marker but registered by a conftest.py of another directory: say so."""
-    from pytest_autograd.case import UsageProblem
+    from pytest_autograd.engine.outcomes import UsageProblem
 
     for option in ("checks", "skip", "xfail"):
         names = mark.kwargs.get(option)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_autograd.record import test_name
+from pytest_autograd.pytest_adapter.record import test_name
 
 MAX_FAILED_TESTS = 50  # lines listing failing tests; the rest are counted
 MAX_NOTES = 20  # note lines in the table; the rest are counted

@@ -8,10 +8,10 @@ torch only inside functions.
 
 import inspect
 from dataclasses import dataclass, field
+from typing import Optional
 
-
-class UsageProblem(Exception):
-    """A mistake in how the plugin was used: reported without a traceback."""
+from pytest_autograd.engine.budget import DEFAULT_SECONDS
+from pytest_autograd.engine.outcomes import UsageProblem
 
 
 class Sample:
@@ -54,6 +54,16 @@ CORE_OPTIONS = {
 
 
 @dataclass
+class RunOptions:
+    """What the caller decides for every check of a run: pytest's options under the plugin, ``run_checks``'
+    arguments elsewhere."""
+
+    seconds: Optional[float] = DEFAULT_SECONDS  # each check's time budget; None: no limit
+    devices: tuple = ("cpu",)  # the run's devices: parity chooses its ground truth among them
+    bench: object = None  # the bench session's state (pytest_autograd.bench.state.BenchState); None: benchmarks off
+
+
+@dataclass
 class OpCase:
     """An op under test, its samples, optional reference and marker options."""
 
@@ -63,9 +73,9 @@ class OpCase:
     options: dict = field(default_factory=dict)
     arg_names: list = field(default_factory=list)
     name: str = "op"
-    # The pytest config (None outside pytest) and a callable re-running the
+    # What the caller decided for the whole run, and a callable re-running the
     # test body with some arguments overridden, e.g. ``factory(size=4096)``.
-    config: object = None
+    run_options: "RunOptions" = None
     factory: object = None
     # Slots (positions and keyword names) of the arguments in ``constants=``.
     constant_slots: frozenset = frozenset()
@@ -106,8 +116,8 @@ def call_op(op, args, kwargs):
 
 
 def op_display_name(op):
-    """The op's name as its author knows it (see :mod:`pytest_autograd.naming`)."""
-    from pytest_autograd.naming import display_name
+    """The op's name as its author knows it (see :mod:`pytest_autograd.results.naming`)."""
+    from pytest_autograd.results.naming import display_name
 
     return display_name(op)
 
@@ -260,8 +270,8 @@ def _validate_sample(sample, index, where):
 
 
 def build_case(mark_kwargs, samples, where="autograd_check"):
-    from pytest_autograd.modules import module_options, with_parameters
-    from pytest_autograd.sample_values import validate_sample_values
+    from pytest_autograd.engine.modules import module_options, with_parameters
+    from pytest_autograd.engine.sample_values import validate_sample_values
 
     mark_kwargs = module_options(mark_kwargs)
     op = mark_kwargs["op"]
@@ -303,3 +313,20 @@ def _constant_slots(constants, arg_names, samples):
                 f"its arguments are: {known}."
             )
     return frozenset(slots)
+
+
+def validate_tolerances(options, where):
+    """``atol=``/``rtol=`` must be finite and non-negative: NaN or inf would make every comparison pass."""
+    import math
+
+    for option in ("atol", "rtol"):
+        value = options.get(option)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise UsageProblem(f"{where}: {option}= must be a non-negative number, got {value!r}.")
+        if not math.isfinite(value):
+            raise UsageProblem(
+                f"{where}: {option}={value!r} would make every comparison pass (an error is never greater than "
+                f"it, or never compared at all); give a finite non-negative number, e.g. {option}=1e-4."
+            )

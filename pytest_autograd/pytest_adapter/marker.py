@@ -7,7 +7,9 @@ pytest turns into decorating the class so that the test silently vanishes.
 import inspect
 import re
 
-from pytest_autograd.case import UsageProblem, op_display_name
+from pytest_autograd.engine.case import op_display_name, validate_tolerances
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.naming import did_you_mean
 
 
 def validate_marker(mark, known_options, known_checks, where):
@@ -59,23 +61,6 @@ def validate_marker(mark, known_options, known_checks, where):
     validate_tolerances(mark.kwargs, where)
 
 
-def validate_tolerances(options, where):
-    """``atol=``/``rtol=`` must be finite and non-negative: NaN or inf would make every comparison pass."""
-    import math
-
-    for option in ("atol", "rtol"):
-        value = options.get(option)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise UsageProblem(f"{where}: {option}= must be a non-negative number, got {value!r}.")
-        if not math.isfinite(value):
-            raise UsageProblem(
-                f"{where}: {option}={value!r} would make every comparison pass (an error is never greater than "
-                f"it, or never compared at all); give a finite non-negative number, e.g. {option}=1e-4."
-            )
-
-
 POSITIONAL_OP = re.compile(r"^[ \t]*@[\w.]*autograd_op\(\s*([A-Za-z_][\w.]*)\s*[,)]", re.MULTILINE)
 
 
@@ -112,19 +97,6 @@ def positional_ops_in_source(path):
     except (OSError, ValueError):
         return []
     return [(text.count("\n", 0, match.start()) + 1, match.group(1)) for match in POSITIONAL_OP.finditer(text)]
-
-
-def did_you_mean(unknown, known):
-    """' (did you mean X?)' for the closest known names, or ''."""
-    import difflib
-
-    lowered = {name.lower(): name for name in known}
-    guesses = []
-    for name in unknown:
-        match = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=0.7)
-        if match:
-            guesses.append(lowered[match[0]])
-    return f" (did you mean {', '.join(dict.fromkeys(guesses))}?)" if guesses else ""
 
 
 def _is_function_instance(op):

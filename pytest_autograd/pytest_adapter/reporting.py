@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_autograd import notes
-from pytest_autograd.record import PROPERTY, Recorder, test_name, worker_fields
-from pytest_autograd.settings import option_value
+from pytest_autograd.engine import notes
+from pytest_autograd.pytest_adapter.record import (
+    PROPERTY,
+    Recorder,
+    test_name,
+    worker_fields,
+)
+from pytest_autograd.pytest_adapter.settings import option_value
 
 RECORDER = pytest.StashKey()
 PLOTS_DIR = pytest.StashKey()
@@ -70,7 +75,7 @@ def attach_picture(report, config, nodeid):
     directory = None if config is None else config.stash.get(PLOTS_DIR, None)
     if directory is None or not report.evidence:
         return
-    from pytest_autograd.plots import save_picture
+    from pytest_autograd.results.plots import save_picture
 
     try:
         path = save_picture(report, directory, nodeid or report.check)
@@ -91,7 +96,7 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if call.when != "call" or not wants_record(item.config):
         return report
-    from pytest_autograd.plugin import item_spec
+    from pytest_autograd.pytest_adapter.keys import item_spec
 
     spec = item_spec(item)
     if spec is None:

@@ -10,7 +10,7 @@ inside themselves. Arguments declared ``constants=`` (e.g. an attention mask
 holding -inf) are never differentiated, so they may hold non-finite values.
 """
 
-from pytest_autograd.case import UsageProblem
+from pytest_autograd.engine.outcomes import UsageProblem
 
 
 def validate_sample_values(case, where):

@@ -100,7 +100,7 @@ def with_parameters(op, samples):
     for sample in samples:
         clash = sorted(set(sample.kwargs) & set(parameters))
         if clash:
-            from pytest_autograd.case import UsageProblem
+            from pytest_autograd.engine.outcomes import UsageProblem
 
             raise UsageProblem(
                 f"sample keyword argument(s) {', '.join(clash)} have the name of a parameter of the module "

@@ -1,55 +1,24 @@
-"""Running one generated item: device, seed, samples, applies, run, report."""
+"""Running one generated item: its device, seed and samples, the check, and the pytest outcome."""
 
 import pytest
-import torch
 
-from pytest_autograd import root_cause
-from pytest_autograd.budget import call_with_limit, item_seconds, time_budget_failure
-from pytest_autograd.case import UsageProblem, build_case, normalise_samples
 from pytest_autograd.checks.base import CheckContext
-from pytest_autograd.execution import OpRaised, op_failure
-from pytest_autograd.modules import with_parameters
-from pytest_autograd.notes import record_notes
-from pytest_autograd.report import CheckFailure
-from pytest_autograd.reporting import attach_picture, remember_for_record
-from pytest_autograd.rerun import pytest_command
-from pytest_autograd.sample_values import validate_sample_values
-from pytest_autograd.seeding import item_seed, seeded
-from pytest_autograd.torch_noise import quiet_torch_machinery
+from pytest_autograd.engine.case import RunOptions, build_case, normalise_samples
+from pytest_autograd.engine.devices import device_problem
+from pytest_autograd.engine.modules import with_parameters
+from pytest_autograd.engine.outcomes import CheckSkipped, UsageProblem
+from pytest_autograd.engine.running import run_check
+from pytest_autograd.engine.sample_values import validate_sample_values
+from pytest_autograd.engine.seeding import item_seed, seeded
+from pytest_autograd.pytest_adapter import root_cause
+from pytest_autograd.pytest_adapter.bench import state_of as bench_state_of
+from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS
+from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
+from pytest_autograd.pytest_adapter.rerun import pytest_command
+from pytest_autograd.pytest_adapter.skipping import skip_here
+from pytest_autograd.pytest_adapter.timeout import item_seconds
 
-MARKER = "autograd_op"
-
-
-def device_problem(device):
-    """None when ``device`` can run here, else why not."""
-    kind, _, index = device.partition(":")
-    if kind == "cpu":
-        return None
-    backend = getattr(torch, kind, None)
-    if kind == "mps":
-        available = torch.backends.mps.is_available()
-        count = 1 if available else 0
-    elif backend is not None and hasattr(backend, "is_available"):
-        available = backend.is_available()
-        count = backend.device_count() if available and hasattr(backend, "device_count") else int(available)
-    else:
-        return f"this torch build has no {kind!r} backend"
-    if not available:
-        built = ""
-        if kind == "cuda":
-            built = f" (torch {torch.__version__} is built {'with CUDA ' + torch.version.cuda if torch.version.cuda else 'without CUDA'})"
-        return f"device {device!r} was asked for but {kind.upper()} is not available{built}"
-    if index and int(index) >= count:
-        return f"device {device!r} was asked for but only {count} {kind} device(s) exist"
-    return None
-
-
-def skip_here(reason):
-    """Skip the item, reported at the test's location rather than inside the plugin."""
-    try:
-        raise pytest.skip.Exception(reason, _use_item_location=True)
-    except TypeError:  # a pytest without the keyword: a plain skip
-        pytest.skip(reason)
+NOTES_SECTION = "autograd notes"
 
 
 def rerun_command(item, base_seed, spec=None, check=None):
@@ -69,6 +38,13 @@ def rerun_command(item, base_seed, spec=None, check=None):
 def call_body(item, **overrides):
     names = item._fixtureinfo.argnames
     return item.obj(**{**{name: item.funcargs[name] for name in names}, **overrides})
+
+
+def run_options(config):
+    """The engine's options for every item of this session."""
+    settings = config.stash.get(SETTINGS, None)
+    return RunOptions(seconds=item_seconds(config), devices=tuple(settings.devices) if settings else ("cpu",),
+                      bench=bench_state_of(config))
 
 
 def run_item(item, spec, settings, registry):
@@ -98,6 +74,8 @@ def _run_seeded(item, spec, settings, check, seed):
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
+    except CheckSkipped as skipped:
+        skip_here(skipped.reason)
     if problem is not None:
         headline = problem.replace(f"{where}: ", "")
         pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_usage_problem(problem, where), headline)
@@ -107,8 +85,16 @@ def _run_seeded(item, spec, settings, check, seed):
         pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_failure(summary), summary)
         if pointer:
             pytest.fail(pointer, pytrace=False)
-        attach_picture(failure.report, case.config, where)
+        attach_picture(failure.report, item.config, where)
         _fail(failure, rerun, where, seed)
+
+
+def record_notes(item, notes):
+    """Show a passing item's notes in its report section and its JUnit XML properties."""
+    if not notes:
+        return
+    item.add_report_section("call", NOTES_SECTION, "\n".join(notes))
+    item.user_properties.extend(("autograd_note", text) for text in notes)
 
 
 def marker_of(item, spec):
@@ -122,7 +108,7 @@ def _build_case(item, mark, spec, where):
     """The OpCase from the test body, with the samples the hooks adjust for this device."""
     samples = normalise_samples(call_body(item), where)
     case = build_case(mark.kwargs, samples, where)
-    case.config = item.config
+    case.run_options = run_options(item.config)
     case.factory = lambda **overrides: with_parameters(case.op, normalise_samples(call_body(item, **overrides), where))
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
         if adjusted is not None:
@@ -130,37 +116,6 @@ def _build_case(item, mark, spec, where):
             validate_sample_values(case, where)
             break
     return case
-
-
-def run_check(check, context, reseed=False):
-    """Run ``check`` without disturbing the caller's RNG state; return its CheckFailure or None.
-
-    An op that raised becomes a failure naming the user's frame; an item past
-    its time budget (``budget``), one naming where it was. ``reseed``
-    seeds torch with the context's seed first (the marker path seeded it
-    before calling the test body).
-    """
-    try:
-        with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
-            if reseed:
-                torch.manual_seed(context.seed)
-            expired = call_with_limit(item_seconds(context.case.config), lambda: check.run(context)).expired
-        if expired is not None:
-            return time_budget_failure(check.name, expired, context.device, context.sample_index)
-    except CheckFailure as raised:
-        return raised
-    except OpRaised as raised:
-        failure = op_failure(check.name, raised, context, sample=context.sample_index)
-        failure.report.seed = context.seed
-        return failure
-    return None
-
-
-def cuda_devices(device):
-    """The CUDA device indices whose RNG state fork_rng must save for ``device``."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return [torch.device(device).index or 0]
-    return []
 
 
 def _fail(failure, rerun, nodeid, seed=None):
@@ -172,6 +127,3 @@ def _fail(failure, rerun, nodeid, seed=None):
     failed = pytest.fail.Exception(report.render(), pytrace=False)
     failed.autograd_report = report  # the structured fields, for the JSON record
     raise failed
-
-
-__all__ = ["run_item", "run_check", "cuda_devices", "device_problem"]

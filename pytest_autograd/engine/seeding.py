@@ -4,28 +4,15 @@ A test body may build its samples with any of the three generators; seeding
 all of them is what makes the printed ``rerun:`` command reproduce the
 samples. Their states are restored afterwards, so an item's seed never leaks
 into the unmarked tests that run after it.
-
-``--autograd-seed=random`` is drawn once, on the xdist controller when there
-is one, and handed to every worker, so all workers use the header's seed.
 """
 
 import contextlib
 import random
 import zlib
 
-WORKER_INPUT_KEY = "autograd_seed"
-
 
 def item_seed(base_seed, nodeid):
     return zlib.crc32(f"{base_seed}:{nodeid}".encode()) & 0x7FFFFFFF
-
-
-def base_seed_from_controller(config):
-    """The seed the xdist controller chose, on a worker; None elsewhere."""
-    workerinput = getattr(config, "workerinput", None)
-    if isinstance(workerinput, dict) and WORKER_INPUT_KEY in workerinput:
-        return int(workerinput[WORKER_INPUT_KEY])
-    return None
 
 
 def draw_random_seed():

@@ -1,4 +1,4 @@
-"""Registers the built-in checks through the plugin's own hook.
+"""The built-in checks: their names and order, and registering them in a registry.
 
 Every module in ``pytest_autograd/checks/`` whose name does not start with
 ``_`` (and is not ``base``) is one check named after the module. Known checks
@@ -6,8 +6,6 @@ come first in a fixed order so items read naturally; others follow by name.
 """
 
 import pkgutil
-
-import pytest
 
 import pytest_autograd.checks as _checks_package
 
@@ -47,7 +45,7 @@ def builtin_check_names():
     return known + sorted(found - set(known))
 
 
-@pytest.hookimpl
-def pytest_autograd_register_checks(registry):
+def register_builtin_checks(registry):
+    """Add every built-in check to ``registry``, lazily (a check's module is imported on first use)."""
     for name in builtin_check_names():
         registry.add_lazy(name, f"pytest_autograd.checks.{name}")

@@ -11,7 +11,7 @@ hookspec = pluggy.HookspecMarker("pytest")
 
 @hookspec(historic=True)
 def pytest_autograd_register_checks(registry):
-    """Add checks to ``registry`` (a :class:`pytest_autograd.registry.CheckRegistry`).
+    """Add checks to ``registry`` (a :class:`pytest_autograd.engine.registry.CheckRegistry`).
 
     Call ``registry.add(check)`` with a :class:`pytest_autograd.Check`
     instance, or ``registry.add_lazy(name, "module.path")`` to import the

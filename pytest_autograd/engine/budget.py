@@ -15,7 +15,7 @@ budget works in any thread, in xdist workers, and beside pytest-timeout
 never returns to Python (a torch kernel, a blocking read, one long
 ``time.sleep``); the exception then fires as soon as that call returns.
 
-Imports no torch: the plugin module reads the option at configure time.
+Imports no torch and no pytest; the option (``--autograd-timeout``) is the adapter's ``timeout`` module.
 """
 
 import ctypes
@@ -26,16 +26,10 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-import pytest
-
-from pytest_autograd import settings
-
 DEFAULT_SECONDS = 300.0
-OPTION = "autograd_timeout"
 RETRY_SECONDS = 1.0
 POLL_SECONDS = 0.25  # how often the watchdog looks at the deadlines: their resolution
-SECONDS = pytest.StashKey()
-_INTERNAL = ("/pytest_autograd/budget.py", "/pytest_autograd/runner.py", "/threading.py", "/contextlib.py")
+_INTERNAL = ("/pytest_autograd/engine/budget.py", "/pytest_autograd/engine/running.py", "/threading.py", "/contextlib.py")
 _NOT_USER = ("/torch/", "/pytest_autograd/", "/_pytest/", "/pluggy/", "/sympy/", "/threading.py",
              "/contextlib.py", "/functools.py", "/importlib/", "<frozen ")
 
@@ -46,46 +40,6 @@ class TimeBudgetExceeded(BaseException):
     A BaseException, like KeyboardInterrupt, so that ``except Exception`` in
     the op or in a check does not swallow it.
     """
-
-
-HELP = "seconds each item may run before it is stopped and fails, naming where it was (default 300; 0: no limit)"
-
-
-def add_option(parser):
-    """``--autograd-timeout`` and its ini twin ``autograd_timeout``."""
-    group = parser.getgroup("autograd", "autograd op checks (pytest-autograd)")
-    group.addoption("--autograd-timeout", dest=OPTION, default=None, help=f"{HELP}. ini: {OPTION}")
-    settings.add_number_ini(parser, OPTION, HELP, DEFAULT_SECONDS, float)
-
-
-def parse_seconds(text, source="--autograd-timeout"):
-    """Seconds from an option's text; None when 0 (disabled)."""
-    try:
-        seconds = float(str(text).strip())
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
-        raise pytest.UsageError(f"{source}: {text!r} is not a number of seconds; pass e.g. --autograd-timeout=120 "
-                                "(or autograd_timeout = 120 in the ini file), or 0 to run items without a time limit")
-    return seconds or None
-
-
-def configure(config):
-    """Validate the option once per session and keep the item budget in the config's stash."""
-    value, source = config.getoption(OPTION, None), "--autograd-timeout"
-    if value is None:
-        value, source = config.getini(OPTION), f"ini {OPTION}"
-    seconds = parse_seconds(value, source)
-    if config.getoption("usepdb", False):  # a debugger session must not be interrupted
-        seconds = None
-    config.stash[SECONDS] = seconds
-
-
-def item_seconds(config):
-    """The per-item budget: the configured one, the default outside a pytest session."""
-    if config is None:
-        return DEFAULT_SECONDS
-    return config.stash.get(SECONDS, DEFAULT_SECONDS)
 
 
 @dataclass
@@ -221,7 +175,7 @@ _WATCHDOG = _Watchdog()
 
 def time_budget_failure(check_name, expired, device=None, sample=None):
     """The CheckFailure of an item stopped at its budget: where the op and the check were."""
-    from pytest_autograd.report import CheckFailure, Report
+    from pytest_autograd.results.report import CheckFailure, Report
 
     details = []
     user, check = expired.user_frame(), expired.check_frame()

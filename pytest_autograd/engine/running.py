@@ -1,0 +1,38 @@
+"""Running one check on one case: RNG isolation, the time budget, and what the check's end means."""
+
+import torch
+
+from pytest_autograd.engine.budget import call_with_limit, time_budget_failure
+from pytest_autograd.engine.devices import cuda_devices
+from pytest_autograd.engine.execution import op_failure
+from pytest_autograd.engine.outcomes import OpRaised
+from pytest_autograd.engine.torch_noise import quiet_torch_machinery
+from pytest_autograd.results.report import CheckFailure
+
+
+def run_check(check, context, reseed=False):
+    """Run ``check`` without disturbing the caller's RNG state; return its CheckFailure or None.
+
+    An op that raised becomes a failure naming the user's frame; a check past
+    its time budget (``case.run_options.seconds``), one naming where it was.
+    ``reseed`` seeds torch with the context's seed first (the marker path
+    seeded it before calling the test body). A check that cannot judge the op
+    raises :class:`~pytest_autograd.engine.outcomes.CheckSkipped` through.
+    """
+    try:
+        with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
+            if reseed:
+                torch.manual_seed(context.seed)
+            expired = call_with_limit(context.case.run_options.seconds, lambda: check.run(context)).expired
+        if expired is not None:
+            return time_budget_failure(check.name, expired, context.device, context.sample_index)
+    except CheckFailure as raised:
+        return raised
+    except OpRaised as raised:
+        failure = op_failure(check.name, raised, context, sample=context.sample_index)
+        failure.report.seed = context.seed
+        return failure
+    return None
+
+
+__all__ = ["run_check"]

@@ -1,0 +1,216 @@
+"""The pytest hooks: options, the autograd_op marker, item generation, the header, running an item.
+
+Imports no torch at module level: a project that installs the plugin but
+has no autograd tests never pays for importing torch.
+"""
+
+import pytest
+
+from pytest_autograd.engine import triton_interpreter
+from pytest_autograd.engine.case import CORE_OPTIONS, op_display_name
+from pytest_autograd.engine.check_scope import refuse_checks_out_of_scope
+from pytest_autograd.engine.devices import devices_option
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.engine.registry import CheckRegistry
+from pytest_autograd.pytest_adapter import builtin_checks, hookspecs, timeout, xfail
+from pytest_autograd.pytest_adapter.fixtures import autograd_check, autograd_device  # noqa: F401 (fixtures)
+from pytest_autograd.pytest_adapter.keys import (
+    ITEM_ARG,
+    MARKER,
+    REGISTRY,
+    SETTINGS,
+    TALLY,
+    ItemSpec,
+    item_spec,
+)
+from pytest_autograd.pytest_adapter.marker import (
+    positional_op_message,
+    positional_ops_in_source,
+    swallowed_test,
+    validate_marker,
+)
+from pytest_autograd.pytest_adapter.marker_misuse import misuse_problem
+from pytest_autograd.pytest_adapter.settings import (
+    WORKER_INPUT_KEY,
+    Settings,
+    add_options,
+)
+from pytest_autograd.pytest_adapter.summary import Tally
+
+pytest_plugins = ["pytest_autograd.pytest_adapter.bench", "pytest_autograd.pytest_adapter.reporting"]
+
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser):
+    add_options(parser)
+    timeout.add_option(parser)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(op=..., reference=None, checks=None, skip=None, devices=None, double_backward=True, "
+        "atol=None, rtol=None, constants=None, xfail=None): run pytest-autograd's checks on op; the test body returns the samples.",
+    )
+    settings = Settings.from_config(config)
+    timeout.configure(config)
+    registry = CheckRegistry()
+    config.stash[SETTINGS] = settings
+    config.stash[REGISTRY] = registry
+    if not config.pluginmanager.is_registered(builtin_checks):
+        config.pluginmanager.register(builtin_checks, "autograd-builtin-checks")
+    config.hook.pytest_autograd_register_checks.call_historic(kwargs={"registry": registry})
+    config.stash[TALLY] = Tally(order=registry.names())
+    config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
+    if _is_xdist_controller(config):  # it collects nothing: validate with the checks known at start-up
+        settings.validate_checks(registry.names(), before_collection=True)
+
+
+def pytest_collection_finish(session):
+    """``--autograd-checks`` is validated once every collected directory's conftest.py has registered its checks."""
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller validated before collection
+        return
+    config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())
+
+
+def _is_xdist_controller(config):
+    return getattr(config.option, "dist", "no") not in ("no", None) and not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist: every worker uses the controller's base seed (the one in the header), even for 'random'."""
+    node.workerinput[WORKER_INPUT_KEY] = node.config.stash[SETTINGS].seed
+
+
+def pytest_report_header(config):
+    settings = config.stash[SETTINGS]
+    checks = ",".join(settings.checks) if settings.checks else "all"
+    lines = [f"autograd: devices={','.join(settings.devices)} checks={checks} seed={settings.seed}"]
+    interpreter = triton_interpreter.header_line()
+    return lines + ([interpreter] if interpreter else [])
+
+
+def pytest_generate_tests(metafunc):
+    marks = list(metafunc.definition.iter_markers(MARKER))
+    if not marks:
+        return
+    config = metafunc.config
+    settings, registry = config.stash[SETTINGS], config.stash[REGISTRY]
+    where = metafunc.definition.nodeid
+    known_checks = registry.names_for(metafunc.definition.path)
+    labels = _marker_labels(marks)
+    params = []
+    for index, mark in enumerate(marks):
+        try:
+            selected = _selected_checks(settings, registry, mark, known_checks)
+            refuse_checks_out_of_scope(registry, mark, known_checks, where)
+            validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
+            reasons = xfail.xfail_reasons(mark.kwargs.get(xfail.OPTION), known_checks, where)
+            devices = _marker_devices(mark, settings, where)
+        except (UsageProblem, pytest.UsageError) as problem:
+            raise pytest.Collector.CollectError(str(problem)) from None
+        for name, explicit in selected:
+            for device in devices:
+                spec = ItemSpec(name, device, explicit, index)
+                item_id = f"{labels[index]}-{spec}" if labels[index] else str(spec)
+                params.append(xfail.item_param(spec, item_id, reasons))
+    metafunc.fixturenames.append(ITEM_ARG)
+    if not params:
+        reason = ("no check selected: the marker's checks=/skip= and --autograd-checks="
+                  f"{','.join(settings.checks or [])} leave none to run")
+        metafunc.parametrize(ITEM_ARG, [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["no-checks"])
+        return
+    metafunc.parametrize(ITEM_ARG, params)
+
+
+def _marker_devices(mark, settings, where):
+    return devices_option(mark.kwargs.get("devices") or settings.devices, f"{where}: devices=")
+
+
+def _marker_labels(marks):
+    """Item id prefixes telling several autograd_op markers of one test apart ('' for a single marker)."""
+    if len(marks) == 1:
+        return [""]
+    names = [op_display_name(mark.kwargs.get("op")) for mark in marks]
+    if len(set(names)) == len(names):
+        return names
+    return [f"op{index}-{name}" for index, name in enumerate(names)]
+
+
+def pytest_pycollect_makeitem(collector, name, obj):
+    """Refuse a test that ``@autograd_op(Op)`` (positional) replaced by ``Op(test)``."""
+    if collector.funcnamefilter(name) and swallowed_test(obj):
+        where = f"{collector.nodeid}::{name}"
+        raise collector.CollectError(positional_op_message(where, op_display_name(type(obj)), name))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A module that failed to import because of ``@autograd_op(op_function)`` gets told why."""
+    report = yield
+    if report.failed and isinstance(collector, pytest.Module) and "op positionally" not in str(report.longrepr):
+        found = positional_ops_in_source(collector.path)
+        if found:
+            messages = [positional_op_message(f"{collector.nodeid}:{line}", op) for line, op in found]
+            report.longrepr = "\n".join(messages) + f"\n\n{report.longrepr}"
+    return report
+
+
+def _known_options(registry, mark, selected):
+    """Marker keywords the core and the checks understand.
+
+    Only the checks this test runs are imported to ask for their options;
+    every check module is imported only when a keyword is still unknown.
+    """
+    known = dict(CORE_OPTIONS)
+    known[xfail.OPTION] = None
+    for name, _ in selected:
+        known.update(getattr(registry.get(name), "options", {}) or {})
+    if set(mark.kwargs) - set(known):
+        for check in registry.checks():
+            known.update(getattr(check, "options", {}) or {})
+    return known
+
+
+def _selected_checks(settings, registry, mark, known_checks):
+    """(name, explicitly selected) for each check this marked test runs."""
+    wanted = mark.kwargs.get("checks")
+    wanted = [wanted] if isinstance(wanted, str) else wanted
+    skipped = mark.kwargs.get("skip") or []
+    skipped = [skipped] if isinstance(skipped, str) else skipped
+    chosen = []
+    for name in known_checks:
+        if settings.checks is not None and name not in settings.checks:
+            continue
+        if wanted is not None and name not in wanted:
+            continue
+        if name in skipped:
+            continue
+        chosen.append((name, settings.checks is not None or wanted is not None))
+    return chosen
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    spec = item_spec(pyfuncitem)
+    if spec is None:
+        return None
+    from pytest_autograd.pytest_adapter.items import run_item
+
+    config = pyfuncitem.config
+    run_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
+    return True
+
+
+def pytest_runtest_setup(item):
+    problem = misuse_problem(item)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    spec = item_spec(item)
+    if spec is not None:
+        item.user_properties.append(("autograd", f"{spec.check}|{spec.device}"))

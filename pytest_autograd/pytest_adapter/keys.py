@@ -1,0 +1,37 @@
+"""What the adapter keeps on pytest's objects: stash keys of the session's state, and the spec of each
+generated item (which check, on which device)."""
+
+from dataclasses import dataclass
+
+import pytest
+
+MARKER = "autograd_op"
+ITEM_ARG = "_autograd_item"
+SETTINGS = pytest.StashKey()
+REGISTRY = pytest.StashKey()
+TALLY = pytest.StashKey()
+
+
+@dataclass(frozen=True)
+class ItemSpec:
+    """Which check runs on which device for one generated item."""
+
+    check: str
+    device: str
+    selected: bool  # explicitly asked for (matters for opt-in checks)
+    marker: int = 0  # which autograd_op marker of the test, closest first
+
+    def __str__(self):
+        return f"{self.check}-{self.device}"
+
+
+def item_spec(item):
+    """The ItemSpec of a generated item; None for other tests.
+
+    When a marker's ``checks=`` and ``--autograd-checks`` share no check, the
+    parametrization is empty and pytest fills the slot with a NOTSET
+    placeholder (the item is then skipped as an empty parameter set).
+    """
+    callspec = getattr(item, "callspec", None)
+    spec = None if callspec is None else callspec.params.get(ITEM_ARG)
+    return spec if isinstance(spec, ItemSpec) else None
