@@ -189,9 +189,31 @@ def test_absent_device_items_are_skipped_saying_cuda_is_not_available(pytester, 
     result = run_pytest("--autograd-devices=cpu,cuda", "--autograd-checks=gradcheck,reference", "-rs")
     result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines([
-        "warning: device 'cuda' was asked for but CUDA is not available*: none of its items ran",
+        "warning: device 'cuda' was asked for but CUDA is not available*: none of its items ran "
+        "(--autograd-require-devices makes an absent device an error)",
         "SKIPPED [[]2[]] test_ops.py:* device 'cuda' was asked for but CUDA is not available*",
     ])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens where CUDA is absent")
+@pytest.mark.parametrize("how", [["--autograd-require-devices"], ["-o", "autograd_require_devices=true"]],
+                         ids=["option", "ini"])
+def test_require_devices_makes_a_gpu_job_on_a_cpu_machine_a_usage_error(pytester, run_pytest, how):
+    linear_test(pytester)
+    result = run_pytest("--autograd-devices=cpu,cuda", *how)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--autograd-require-devices: device 'cuda' was asked for but CUDA is not "
+                                 "available*drop it from --autograd-devices*"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens where CUDA is absent")
+def test_require_devices_fails_the_items_of_a_marker_device_that_is_absent(pytester, run_pytest):
+    linear_test(pytester, marker_extra=', devices=["cpu", "cuda"], checks=["gradcheck"]')
+    result = run_pytest("--autograd-require-devices")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*_ test_linear[[]gradcheck-cuda[]] _*",
+                                 "device 'cuda' was asked for but CUDA is not available*(--autograd-require-devices "
+                                 "makes an absent device an error)"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens where CUDA is absent")

@@ -134,3 +134,98 @@ def test_two_markers_with_the_same_op_get_numbered_items(pytester, run_pytest):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_relu[[]op0-MyReLU-gradcheck-cpu[]] PASSED*",
                                  "*test_relu[[]op1-MyReLU-gradcheck-cpu[]] PASSED*"])
+
+
+# Every way pytest lets a marker reach a test: it either makes items per check or fails naming the way that does.
+WRONG_RELU = """
+import pytest, torch
+from reference_ops.buggy import ReLUPositiveGradOnly
+
+def samples():
+    return [(torch.tensor([[-1.5, 0.5, 2.0], [1.0, -0.25, 3.0]]),)]
+
+MARK = pytest.mark.autograd_op(op=ReLUPositiveGradOnly, reference=torch.relu, checks=["gradcheck"])
+"""
+
+
+def test_a_marker_on_a_class_checks_each_of_its_tests(pytester, run_pytest):
+    pytester.makepyfile(WRONG_RELU + """
+@MARK
+class TestReLU:
+    def test_relu(self):
+        return samples()
+""")
+    result = run_pytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["FAILED *TestReLU::test_relu[[]gradcheck-cpu[]]*"])
+
+
+def test_a_module_pytestmark_checks_each_test_of_the_module(pytester, run_pytest):
+    pytester.makepyfile(WRONG_RELU + """
+pytestmark = MARK
+
+def test_relu():
+    return samples()
+""")
+    result = run_pytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["FAILED *test_relu[[]gradcheck-cpu[]]*"])
+
+
+def test_a_marker_given_through_pytest_param_fails_naming_the_supported_form(pytester, run_pytest):
+    pytester.makepyfile(WRONG_RELU + """
+@pytest.mark.parametrize("n", [pytest.param(1, marks=MARK)])
+def test_relu(n):
+    return samples()
+""")
+    result = run_pytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_relu[[]1[]]: @pytest.mark.autograd_op reached this test after its items were "
+                                 "made (through pytest.param(..., marks=...) or item.add_marker), so no check would "
+                                 "run*stack one @pytest.mark.autograd_op(op=...) per op*"])
+
+
+def test_a_marker_added_by_a_hook_after_collection_fails_the_test(pytester, run_pytest):
+    pytester.makeconftest(WRONG_RELU + """
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(MARK)
+""")
+    pytester.makepyfile("from conftest import samples\n\ndef test_relu():\n    return samples()\n")
+    result = run_pytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*reached this test after its items were made*"])
+
+
+def test_a_marker_on_a_fixture_never_passes_silently(pytester, run_pytest):
+    pytester.makepyfile(WRONG_RELU + """
+@pytest.fixture
+@MARK
+def relu_samples():
+    return samples()
+
+def test_relu(relu_samples):
+    pass
+""")
+    result = run_pytest()
+    outcomes = result.parseoutcomes()
+    assert "passed" not in outcomes, result.stdout.str()
+    if pytest.version_tuple < (9,):  # pytest 9 refuses marks on fixtures itself, at collection
+        result.stdout.fnmatch_lines(["*test_relu: @pytest.mark.autograd_op is on the fixture 'relu_samples', where "
+                                     "pytest ignores marks*Put the marker on the test function*"])
+
+
+def test_a_hypothesis_given_test_fails_naming_what_to_write_instead(pytester, run_pytest):
+    pytest.importorskip("hypothesis")
+    pytester.makepyfile(WRONG_RELU + """
+from hypothesis import given, strategies as st
+
+@given(st.integers(1, 4))
+@MARK
+def test_relu(n):
+    return [(torch.randn(n, 3),)]
+""")
+    result = run_pytest("-p", "hypothesispytest")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_relu[[]gradcheck-cpu[]]: @pytest.mark.autograd_op cannot use a hypothesis "
+                                 "@given test*call pytest_autograd.run_checks(op, *args) inside the test*"])

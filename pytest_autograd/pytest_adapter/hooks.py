@@ -56,6 +56,7 @@ def pytest_configure(config):
         "atol=None, rtol=None, constants=None, xfail=None): run pytest-autograd's checks on op; the test body returns the samples.",
     )
     settings = Settings.from_config(config)
+    settings.validate_devices_exist()
     timeout.configure(config)
     registry = CheckRegistry()
     config.stash[SETTINGS] = settings

@@ -49,6 +49,8 @@ def run_options(config):
 
 def run_item(item, spec, settings, registry):
     problem = device_problem(spec.device)
+    if problem and settings.require_devices:
+        pytest.fail(f"{problem} (--autograd-require-devices makes an absent device an error)", pytrace=False)
     if problem:
         skip_here(problem)
     check = registry.get(spec.check)

@@ -19,12 +19,20 @@ OPTIONS = {
 }
 
 
+REQUIRE_DEVICES = "autograd_require_devices"
+REQUIRE_DEVICES_HELP = ("make a device asked for but absent (no CUDA on this machine) an error instead of skipping its "
+                        "items, e.g. for a GPU CI job")
+
+
 def add_options(parser):
     group = parser.getgroup("autograd", "autograd op checks (pytest-autograd)")
     for name, (help_text, default) in OPTIONS.items():
         group.addoption(f"--autograd-{name}", dest=f"autograd_{name}", default=None,
                         help=f"{help_text}. ini: autograd_{name}")
         _add_ini(parser, f"autograd_{name}", help_text, default)
+    group.addoption("--autograd-require-devices", dest=REQUIRE_DEVICES, action="store_true", default=None,
+                    help=f"{REQUIRE_DEVICES_HELP}. ini: {REQUIRE_DEVICES}")
+    parser.addini(REQUIRE_DEVICES, REQUIRE_DEVICES_HELP, type="bool", default=False)
 
 
 def _add_ini(parser, name, help_text, default):
@@ -126,6 +134,7 @@ class Settings:
     devices: list
     checks: list  # None: every registered check
     seed: int
+    require_devices: bool = False  # an absent device is an error, not a skip
 
     @classmethod
     def from_config(cls, config):
@@ -134,7 +143,22 @@ class Settings:
         seed = base_seed_from_controller(config)
         if seed is None:
             seed = _parse_seed(option_value(config, "seed"))
-        return cls(devices=devices, checks=checks, seed=seed)
+        require = config.getoption(REQUIRE_DEVICES, None)
+        if require is None:
+            require = bool(config.getini(REQUIRE_DEVICES))
+        return cls(devices=devices, checks=checks, seed=seed, require_devices=require)
+
+    def validate_devices_exist(self):
+        """Under --autograd-require-devices, a usage error for the first configured device absent here."""
+        if not self.require_devices:
+            return
+        from pytest_autograd.engine.devices import device_problem  # imports torch: only when asked to look
+
+        for device in self.devices:
+            problem = device_problem(device)
+            if problem:
+                raise pytest.UsageError(f"--autograd-require-devices: {problem}; run on a machine that has it, or "
+                                        "drop it from --autograd-devices")
 
     def validate_checks(self, known, before_collection=False):
         if self.checks is None:

@@ -61,7 +61,8 @@ class Tally:
                   "--autograd-json)")
         self._write_failed(write)
         for device, reason in self.absent.items():
-            terminalreporter.write_line(f"warning: {reason}: none of its items ran", yellow=True, bold=True)
+            terminalreporter.write_line(f"warning: {reason}: none of its items ran (--autograd-require-devices "
+                                        "makes an absent device an error)", yellow=True, bold=True)
 
     def _write_failed(self, write):
         """Which op is broken, without scrolling through the reports: one line per failing test."""
