@@ -215,3 +215,7 @@ def pytest_runtest_setup(item):
     spec = item_spec(item)
     if spec is not None:
         item.user_properties.append(("autograd", f"{spec.check}|{spec.device}"))
+        marks = list(item.iter_markers(MARKER))
+        mark = marks[spec.marker] if spec.marker < len(marks) else marks[0]
+        # sent with the setup report, so the controller can name the op if the worker dies during the call
+        item.user_properties.append(("autograd_op", op_display_name(mark.kwargs.get("op"))))

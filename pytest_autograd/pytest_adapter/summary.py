@@ -8,6 +8,20 @@ MAX_FAILED_TESTS = 50  # lines listing failing tests; the rest are counted
 MAX_NOTES = 20  # note lines in the table; the rest are counted
 
 
+CRASHED = "crashed while running"
+
+
+def _explain_crash(report, properties):
+    """Name the op and the check in pytest-xdist's report of a worker that died running an item."""
+    if not isinstance(report.longrepr, str) or CRASHED not in report.longrepr:
+        return
+    check, device = properties["autograd"].split("|", 1)
+    op = properties.get("autograd_op", "the op")
+    report.longrepr = (f"{op} crashed the Python process during check {check} on {device}: a segfault or abort in "
+                       "its C++/CUDA/Triton code (the worker's 'Fatal Python error' lines above show where). "
+                       "pytest-xdist started a new worker and the session went on.\n" + report.longrepr)
+
+
 class Tally:
     """Counts outcomes of generated items from their reports (works under xdist)."""
 
@@ -17,14 +31,22 @@ class Tally:
         self.absent = {}  # device -> reason, for devices asked for but not available
         self.failed = {}  # test -> [check-device, ...] of its failed items, in order
         self.notes = []  # (nodeid, note) from checks that passed or skipped with something to say
+        self.started = {}  # nodeid -> its setup report's properties (check, device, op), for a worker that dies
 
     def pytest_runtest_logreport(self, report):
-        key = dict(report.user_properties).get("autograd")
+        properties = dict(report.user_properties)
+        key = properties.get("autograd")
+        if report.when == "setup" and key is not None:
+            self.started[report.nodeid] = properties
+        crashed = key is None and report.failed and report.nodeid in self.started
+        if crashed:
+            key = self.started[report.nodeid]["autograd"]
+            _explain_crash(report, self.started[report.nodeid])
         if key is None:
             return
         if report.when == "call":
             self.notes.extend((report.nodeid, text) for name, text in report.user_properties if name == "autograd_note")
-        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        if report.when == "call" or crashed or (report.when == "setup" and report.outcome != "passed"):
             check, device = key.split("|", 1)
             if report.skipped and isinstance(report.longrepr, tuple) and "was asked for but" in str(report.longrepr[2]):
                 self.absent.setdefault(device, str(report.longrepr[2]).replace("Skipped: ", ""))
