@@ -30,17 +30,20 @@ def test_a_correct_clamp_on_integer_valued_samples_passes_every_default_check_wi
     result = run_all(pytester, run_pytest, "ClampFunction", "torch.clamp", "clamp_samples()")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
-        "note: test_ops.py::test_op[[]gradcheck-cpu[]]: sample 0: * element(s) at kinks (left and right derivatives "
+        "test_ops.py::test_op[[]gradcheck-cpu[]]",
+        "  *test_ops.py:*: AutogradNote: sample 0: * element(s) at kinks (left and right derivatives "
         "differ; the analytical value lies between them), e.g. d output[[]*[]] / d x[[]*[]]: left *, right *, "
         "analytical *; noted, not failed",
-        "note: test_ops.py::test_op[[]gradgradcheck-cpu[]]: sample 0: * element(s) at kinks*",
+        "test_ops.py::test_op[[]gradgradcheck-cpu[]]",
+        "  *test_ops.py:*: AutogradNote: sample 0: * element(s) at kinks*",
     ])
 
 
 def test_a_correct_max_with_ties_passes_every_default_check(pytester, run_pytest):
     result = run_all(pytester, run_pytest, "MaxWithTies", "amax", "max_with_ties_samples()")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["note: test_ops.py::test_op[[]gradcheck-cpu[]]: sample 0: * element(s) at kinks*"])
+    result.stdout.fnmatch_lines(["test_ops.py::test_op[[]gradcheck-cpu[]]",
+                                 "  *test_ops.py:*: AutogradNote: sample 0: * element(s) at kinks*"])
 
 
 def test_abs_at_zero_and_a_norm_of_a_zero_row_pass_every_default_check(pytester, run_pytest):
@@ -48,9 +51,9 @@ def test_abs_at_zero_and_a_norm_of_a_zero_row_pass_every_default_check(pytester,
                                    ("RowNorm", "row_norm", "row_norm_samples()")):
         result = run_all(pytester, run_pytest, op, reference, samples)
         assert result.ret == 0, result.stdout.str()
-        result.stdout.fnmatch_lines(["note: test_ops.py::test_op[[]gradgradcheck-cpu[]]: sample 0: * element(s) "
-                                     "where the differentiated function jumps (one-sided differences grow like "
-                                     "1/eps)*; noted, not failed"])
+        result.stdout.fnmatch_lines(["test_ops.py::test_op[[]gradgradcheck-cpu[]]",
+                                     "  *test_ops.py:*: AutogradNote: sample 0: * element(s) where the differentiated "
+                                     "function jumps (one-sided differences grow like 1/eps)*; noted, not failed"])
 
 
 def test_a_clamp_whose_gradient_leaks_below_the_bound_fails_gradcheck_away_from_the_kinks(pytester, run_pytest):

@@ -44,3 +44,20 @@ def test_torch_internal_warnings_inside_checks_do_not_fail_correct_ops_under_W_e
         "*the op's forward raised DeprecationWarning: deprecated_double is deprecated, use 2 * x",
     ])
     assert "torch/jit" not in result.stdout.str()
+
+
+def test_a_note_is_shown_once_at_the_tests_own_line_never_at_a_line_of_the_plugin(pytester, run_pytest):
+    pytester.makepyfile(test_kink="""
+import pytest, torch
+from reference_ops import MyReLU
+
+@pytest.mark.autograd_op(op=MyReLU, reference=torch.relu, checks=["gradcheck"])
+def test_relu():
+    return [(torch.tensor([-1.0, 0.0, 2.0]),)]
+""")
+    result = run_pytest("-W", "error")
+    result.assert_outcomes(passed=1, warnings=1)
+    output = result.stdout.str()
+    assert output.count("element(s) at kinks") == 1, output
+    result.stdout.fnmatch_lines(["*test_kink.py:5: AutogradNote: sample 0: 1 element(s) at kinks*"])
+    assert "pytest_autograd/" not in output

@@ -61,8 +61,8 @@ class CheckContext:
         self.sample_index = None
 
     def note(self, text):
-        """Record something the user should see that is not a failure: never failed, shown in the summary,
-        the item's report section, the warnings summary and its JSON record."""
+        """Record something the user should see that is not a failure: never failed; shown once, as a warning
+        at the test's line, and kept in the item's report section and JSON record."""
         where = f"sample {self.sample_index}: " if self.sample_index is not None else ""
         text = where + text
         if text not in self.notes:

@@ -15,6 +15,7 @@ call (an unknown check, option or device, samples that are not tensors).
 from dataclasses import dataclass
 
 from pytest_autograd.checks.base import CheckContext
+from pytest_autograd.engine import notes
 from pytest_autograd.engine.budget import DEFAULT_SECONDS
 from pytest_autograd.engine.builtin import register_builtin_checks
 from pytest_autograd.engine.case import (
@@ -105,6 +106,7 @@ def _one(check, name, case, device, problem, seed, explicit):
     if reason:
         return Outcome(name, device, "skipped", reason)
     context = CheckContext(name, case, device, item_seed(seed, f"{name}-{device}"))
+    notes.take()  # notes left by an earlier check are not this one's
     try:
         failure = run_check(check, context, reseed=True)
     except CheckSkipped as skipped:
@@ -115,5 +117,5 @@ def _one(check, name, case, device, problem, seed, explicit):
             raise
         return Outcome(name, device, "skipped", reason)
     if failure is None:
-        return Outcome(name, device, "passed", "; ".join(context.notes))
+        return Outcome(name, device, "passed", "; ".join(dict.fromkeys(context.notes + notes.take())))
     return Outcome(name, device, "failed", failure.report.render())

@@ -1,18 +1,16 @@
-"""Notes: what a user should know about an item that is not a bug.
+"""Notes: what a user should know about a check's verdict that is not a bug.
 
 A changed strategy (an op judged in float32 because it refuses float64), a
 reference less precise than the op, input magnitudes outside the op's
-domain. A note never fails an item: it is a warning of its own class,
-listed in pytest's warnings summary, in the item's report section (shown
-by ``pytest -rP``, written to JUnit XML as properties) and in its JSON
-record. A note is never turned into
-an error, not even by ``-W error`` or ``filterwarnings = error``: a correct
-op must pass in every setup.
+domain. A note never fails a check. The engine only collects them (a check
+calls ``context.note``; helpers without a context call :func:`note`); the
+pytest adapter shows each once, as an :class:`AutogradNote` warning at the
+test's own line (never turned into an error, not even by ``-W error``: a
+correct op must pass in every setup), in the item's report section and in
+its JSON record; ``run_checks`` puts them in the outcome's detail.
 """
 
-import warnings
-
-_pending = []  # notes of the item running in this process, taken into its JSON record
+_pending = []  # notes of the check running in this process, oldest first
 
 
 class AutogradNote(UserWarning):
@@ -21,24 +19,15 @@ class AutogradNote(UserWarning):
 
 def note(text):
     _pending.append(str(text))
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", AutogradNote)
-        warnings.warn(AutogradNote(text), stacklevel=3)
+
+
+def pending():
+    """The notes made since the last :func:`take`, oldest first, each once (they stay pending)."""
+    return list(dict.fromkeys(_pending))
 
 
 def take():
     """The notes made since the last call, oldest first (and forget them)."""
-    taken = list(dict.fromkeys(_pending))
+    taken = pending()
     _pending.clear()
     return taken
-
-
-SECTION = "autograd notes"
-
-
-def record_notes(item, notes):
-    """Show a passing item's notes in its report section and its JUnit XML properties."""
-    if not notes:
-        return
-    item.add_report_section("call", SECTION, "\n".join(notes))
-    item.user_properties.extend(("autograd_note", text) for text in notes)

@@ -1,11 +1,15 @@
 """Running one generated item: its device, seed and samples, the check, and the pytest outcome."""
 
+import warnings
+
 import pytest
 
 from pytest_autograd.checks.base import CheckContext
+from pytest_autograd.engine import notes
 from pytest_autograd.engine.case import RunOptions, build_case, normalise_samples
 from pytest_autograd.engine.devices import device_problem
 from pytest_autograd.engine.modules import with_parameters
+from pytest_autograd.engine.notes import AutogradNote
 from pytest_autograd.engine.outcomes import CheckSkipped, UsageProblem
 from pytest_autograd.engine.running import run_check
 from pytest_autograd.engine.sample_values import validate_sample_values
@@ -72,7 +76,7 @@ def _run_seeded(item, spec, settings, check, seed):
         remember_for_record(item, seed, rerun)
         context = CheckContext(check.name, case, spec.device, seed)
         failure = run_check(check, context)
-        record_notes(item, context.notes)
+        show_notes(item, list(dict.fromkeys(context.notes + notes.pending())))
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
@@ -91,12 +95,26 @@ def _run_seeded(item, spec, settings, check, seed):
         _fail(failure, rerun, where, seed)
 
 
-def record_notes(item, notes):
-    """Show a passing item's notes in its report section and its JUnit XML properties."""
-    if not notes:
+def show_notes(item, texts):
+    """Each note once: a warning at the test's own line, the item's report section, JUnit XML properties."""
+    if not texts:
         return
-    item.add_report_section("call", NOTES_SECTION, "\n".join(notes))
-    item.user_properties.extend(("autograd_note", text) for text in notes)
+    filename, lineno = test_location(item)
+    with warnings.catch_warnings():  # pytest still records it; "always" keeps -W error from raising it
+        warnings.simplefilter("always", AutogradNote)
+        for text in texts:
+            warnings.warn_explicit(AutogradNote(text), AutogradNote, filename, lineno)
+    item.add_report_section("call", NOTES_SECTION, "\n".join(texts))
+    item.user_properties.extend(("autograd_note", text) for text in texts)
+
+
+def test_location(item):
+    """(file, line) of the test function's definition, where a user looks; the item's location otherwise."""
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    if code is not None:
+        return code.co_filename, code.co_firstlineno
+    path, line, _ = item.location
+    return str(item.config.rootpath / path), (line or 0) + 1
 
 
 def marker_of(item, spec):

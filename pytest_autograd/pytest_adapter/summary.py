@@ -5,7 +5,6 @@ import pytest
 from pytest_autograd.pytest_adapter.record import test_name
 
 MAX_FAILED_TESTS = 50  # lines listing failing tests; the rest are counted
-MAX_NOTES = 20  # note lines in the table; the rest are counted
 
 
 CRASHED = "crashed while running"
@@ -76,11 +75,10 @@ class Tally:
         for check in checks:
             row = [check.ljust(width)] + [cells.get((check, d), "-").ljust(w) for d, w in zip(devices, columns)]
             write("  ".join(row).rstrip())
-        for nodeid, text in self.notes[:MAX_NOTES]:
-            write(f"note: {nodeid}: {text}")
-        if len(self.notes) > MAX_NOTES:
-            write(f"... and {len(self.notes) - MAX_NOTES} more notes (all of them in the warnings summary and "
-                  "--autograd-json)")
+        if self.notes:
+            items = len({nodeid for nodeid, _ in self.notes})
+            write(f"{len(self.notes)} note(s) on {items} item(s), not failures: in the warnings summary (AutogradNote, "
+                  "at each test's line), the items' report sections (-rP) and --autograd-json")
         self._write_failed(write)
         for device, reason in self.absent.items():
             terminalreporter.write_line(f"warning: {reason}: none of its items ran (--autograd-require-devices "
