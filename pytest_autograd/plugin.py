@@ -13,6 +13,7 @@ from pytest_autograd.pytest_adapter.hooks import (  # noqa: F401 - pytest finds 
     pytest_configure,
     pytest_configure_node,
     pytest_generate_tests,
+    pytest_itemcollected,
     pytest_make_collect_report,
     pytest_plugins,
     pytest_pycollect_makeitem,

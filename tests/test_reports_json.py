@@ -97,3 +97,21 @@ def test_a_records_test_name_drops_only_the_check_and_device_part():
     assert test_name("t.py::test_x[gradcheck-cpu-4]", "gradcheck-cpu") == "t.py::test_x[4]"
     assert test_name("t.py::test_x[a-b-parity-cuda:1]", "parity-cuda:1") == "t.py::test_x[a-b]"
     assert test_name("t.py::test_x", "gradcheck-cpu") == "t.py::test_x"
+
+
+def test_every_item_has_a_record_including_those_skipped_before_they_run(pytester, run_pytest):
+    pytester.makepyfile(test_relu="""
+import pytest, torch
+from reference_ops import MyReLU
+
+@pytest.mark.autograd_op(op=MyReLU, reference=torch.relu)
+def test_relu():
+    return [(torch.tensor([-1.0, 0.5, 2.0]),)]
+""")
+    collected = run_pytest("--collect-only", "-q").outlines
+    items = [line for line in collected if "::" in line]
+    run_pytest("--autograd-json=record.json")
+    records = json.loads((pytester.path / "record.json").read_text())["records"]
+    assert sorted(record["nodeid"] for record in records) == sorted(items)
+    bench = next(record for record in records if record["check"] == "bench")
+    assert bench["outcome"] == "skipped" and "--autograd-bench" in bench["reason"]

@@ -208,14 +208,20 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
+def pytest_itemcollected(item):
+    """Label each generated item with its check, device and op from the start, so that every report of it
+    counts, a skip at setup included, and the xdist controller can name the op if a worker dies in the call."""
+    spec = item_spec(item)
+    if spec is None:
+        return
+    item.user_properties.append(("autograd", f"{spec.check}|{spec.device}"))
+    marks = list(item.iter_markers(MARKER))
+    mark = marks[spec.marker] if spec.marker < len(marks) else marks[0]
+    item.user_properties.append(("autograd_op", op_display_name(mark.kwargs.get("op"))))
+
+
 def pytest_runtest_setup(item):
     problem = misuse_problem(item)
     if problem:
         pytest.fail(problem, pytrace=False)
-    spec = item_spec(item)
-    if spec is not None:
-        item.user_properties.append(("autograd", f"{spec.check}|{spec.device}"))
-        marks = list(item.iter_markers(MARKER))
-        mark = marks[spec.marker] if spec.marker < len(marks) else marks[0]
-        # sent with the setup report, so the controller can name the op if the worker dies during the call
-        item.user_properties.append(("autograd_op", op_display_name(mark.kwargs.get("op"))))
+
