@@ -36,7 +36,7 @@ def tests(session: nox.Session, torch: str, pytest: str | None) -> None:
     """The whole suite, as CI runs it, on one torch version."""
     pins = [f"torch=={torch}"] + ([f"pytest=={pytest}"] if pytest else [])
     session.install(*pins)
-    session.install("-e", ".[test]", *pins)
+    session.install("-e", ".[test,triton]", *pins)
     cache = Path(os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "torch_extensions"))
     session.env["TORCH_EXTENSIONS_DIR"] = str(cache / f"torch-{torch}")
     session.run("python", "-c", "import torch, pytest; print('torch', torch.__version__, '| pytest', pytest.__version__)")
