@@ -9,7 +9,7 @@ natively, on CUDA (where parity has no CPU run to compare against).
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="triton is not installed: pip install -e '.[test]' installs it")
+pytest.importorskip("triton", reason="triton is not installed: pip install -e '.[triton]' installs it")
 
 from pytest_autograd.engine.triton_interpreter import interpreter_on  # noqa: E402
 

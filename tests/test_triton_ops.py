@@ -11,7 +11,7 @@ reference check (the CUDA run against plain torch).
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="triton is not installed: pip install -e '.[test]' installs it")
+pytest.importorskip("triton", reason="triton is not installed: pip install -e '.[triton]' installs it")
 
 from pytest_autograd.engine.triton_interpreter import interpreter_on  # noqa: E402
 from reference_ops.triton_ops import (  # noqa: E402

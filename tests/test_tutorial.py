@@ -349,7 +349,7 @@ def _triton_interpreter_problem():
     from pytest_autograd.engine.triton_interpreter import interpreter_on
 
     if importlib.util.find_spec("triton") is None:
-        return "triton is not installed: pip install -e '.[test]' installs it"
+        return "triton is not installed: pip install -e '.[triton]' installs it"
     if not interpreter_on():
         return "the page runs Triton kernels on CPU tensors, which needs TRITON_INTERPRET=1 before triton is imported"
     return None
