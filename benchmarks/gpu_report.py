@@ -494,7 +494,7 @@ def step_triton_native(context):
     import importlib.util
 
     if importlib.util.find_spec("triton") is None:
-        return skipped("triton is not installed (pip install -e '.[test]')")
+        return skipped("triton is not installed (pip install -e '.[triton]')")
     if os.environ.get("TRITON_INTERPRET") == "1":
         return skipped("TRITON_INTERPRET=1 is set: unset it so the kernels are compiled for the GPU")
     sys.path.insert(0, str(BENCHMARKS))

@@ -44,7 +44,7 @@ try:
     import triton.language as tl
 except ImportError as error:  # pragma: no cover - exercised where triton is absent
     raise ImportError(
-        "reference_ops.triton_ops needs triton: pip install triton (or pip install -e '.[test]'); "
+        "reference_ops.triton_ops needs triton: pip install triton (or pip install -e '.[triton]'); "
         "without a GPU it runs under TRITON_INTERPRET=1"
     ) from error
 
