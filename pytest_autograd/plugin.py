@@ -20,4 +20,5 @@ from pytest_autograd.pytest_adapter.hooks import (  # noqa: F401 - pytest finds 
     pytest_pyfunc_call,
     pytest_report_header,
     pytest_runtest_setup,
+    pytest_xdist_node_collection_finished,
 )

@@ -96,3 +96,31 @@ def test_a_session_without_marked_tests_never_imports_torch(pytester, run_pytest
     result.stdout.fnmatch_lines(["autograd: devices=cpu,cuda checks=gradcheck seed=0",
                                  "*torch modules at session end: 0*"])
     result.assert_outcomes(passed=3)
+
+
+def test_a_project_without_marked_tests_or_options_sees_no_header(pytester, run_pytest):
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = run_pytest()
+    result.assert_outcomes(passed=1)
+    assert not [line for line in result.outlines if line.startswith("autograd")], result.stdout.str()
+
+
+def test_the_header_appears_after_collection_when_the_session_has_marked_tests(pytester, run_pytest):
+    pytester.makepyfile("""
+import pytest, torch
+from reference_ops import MyReLU
+
+@pytest.mark.autograd_op(op=MyReLU, checks=["gradcheck"])
+def test_relu():
+    return [(torch.tensor([-1.0, 0.5, 2.0]),)]
+""")
+    run_pytest().stdout.fnmatch_lines(["collected 1 item", "autograd: devices=cpu checks=all seed=0"])
+
+
+@pytest.mark.parametrize("given", [["--autograd-seed=5"], ["-o", "autograd_seed=5"]], ids=["option", "ini"])
+def test_the_header_appears_at_the_top_when_the_plugin_is_configured(pytester, run_pytest, given):
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    if given[0] == "-o":
+        pytester.makeini("[pytest]\nautograd_seed = 5\n")
+        given = []
+    run_pytest(*given).stdout.fnmatch_lines(["autograd: devices=cpu checks=all seed=5", "collected 1 item"])

@@ -30,7 +30,7 @@ def test_cube():
 def test_the_header_says_when_triton_kernels_run_in_the_interpreter(pytester, run_pytest, monkeypatch, value):
     monkeypatch.setenv("TRITON_INTERPRET", value)
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    run_pytest("--collect-only").stdout.fnmatch_lines([
+    run_pytest("--collect-only", "--autograd-seed=0").stdout.fnmatch_lines([
         "autograd: devices=cpu checks=all seed=0",
         "autograd: TRITON_INTERPRET=1, Triton kernels run in Triton's CPU interpreter: every check judges their "
         "numbers, bench refuses to time them",

@@ -76,6 +76,7 @@ def pytest_collection_finish(session):
     if hasattr(config, "workerinput"):  # an xdist worker: its controller validated before collection
         return
     config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())
+    show_deferred_header(config, any(item_spec(item) is not None for item in session.items))
 
 
 def _is_xdist_controller(config):
@@ -88,12 +89,56 @@ def pytest_configure_node(node):
     node.workerinput[WORKER_INPUT_KEY] = node.config.stash[SETTINGS].seed
 
 
-def pytest_report_header(config):
+HEADER_SHOWN = pytest.StashKey()
+
+
+def header_lines(config):
     settings = config.stash[SETTINGS]
     checks = ",".join(settings.checks) if settings.checks else "all"
     lines = [f"autograd: devices={','.join(settings.devices)} checks={checks} seed={settings.seed}"]
     interpreter = triton_interpreter.header_line()
     return lines + ([interpreter] if interpreter else [])
+
+
+def pytest_report_header(config):
+    """The plugin's header lines, in a project that configured the plugin; elsewhere they wait until the
+    session turns out to have marked tests (:func:`show_deferred_header`), so other projects never see them."""
+    if not options_given(config):
+        return None
+    config.stash[HEADER_SHOWN] = True
+    return header_lines(config)
+
+
+def options_given(config):
+    """Whether a ``--autograd-*`` option or an ``autograd_*`` ini value was given for this session."""
+    if any(value not in (None, False) for name, value in vars(config.option).items() if name.startswith("autograd")):
+        return True
+    ini = getattr(config, "_inicfg", None)  # pytest 9 deprecates the public name
+    if ini is None and pytest.version_tuple < (9,):
+        ini = getattr(config, "inicfg", None)
+    return any(str(name).startswith("autograd_") for name in (ini or {}))
+
+
+def show_deferred_header(config, has_marked_items):
+    """Write the header lines after collection when the session has marked tests and nothing showed them."""
+    if config.stash.get(HEADER_SHOWN, False) or not has_marked_items:
+        return
+    config.stash[HEADER_SHOWN] = True
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or config.getoption("verbose", 0) < 0 or getattr(config.option, "no_header", False):
+        return
+    for line in header_lines(config):
+        reporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """The xdist controller collects nothing itself: the first worker's item ids tell it about marked tests."""
+    config = node.config
+    checks = config.stash[REGISTRY].names()
+    marked = any(item_id.endswith("]") and any(f"{check}-" in item_id.rsplit("[", 1)[-1] for check in checks)
+                 for item_id in ids)
+    show_deferred_header(config, marked)
 
 
 def pytest_generate_tests(metafunc):
