@@ -26,7 +26,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-DEFAULT_SECONDS = 300.0
+from pytest_autograd.engine.case import DEFAULT_SECONDS  # noqa: F401 - the default budget, re-exported
+
 RETRY_SECONDS = 1.0
 POLL_SECONDS = 0.25  # how often the watchdog looks at the deadlines: their resolution
 _INTERNAL = ("/pytest_autograd/engine/budget.py", "/pytest_autograd/engine/running.py", "/threading.py", "/contextlib.py")

@@ -22,6 +22,7 @@ import re
 import pytest
 
 from pytest_autograd.pytest_adapter.keys import ITEM_ARG, MARKER
+
 REGISTERED = pytest.StashKey()
 
 

@@ -152,7 +152,9 @@ class Settings:
         """Under --autograd-require-devices, a usage error for the first configured device absent here."""
         if not self.require_devices:
             return
-        from pytest_autograd.engine.devices import device_problem  # imports torch: only when asked to look
+        from pytest_autograd.engine.devices import (
+            device_problem,  # imports torch: only when asked to look
+        )
 
         for device in self.devices:
             problem = device_problem(device)
