@@ -18,6 +18,7 @@ from pytest_autograd.pytest_adapter.hooks import (  # noqa: F401 - pytest finds 
     pytest_plugins,
     pytest_pycollect_makeitem,
     pytest_pyfunc_call,
+    pytest_report_collectionfinish,
     pytest_report_header,
     pytest_runtest_setup,
     pytest_xdist_node_collection_finished,

@@ -76,7 +76,6 @@ def pytest_collection_finish(session):
     if hasattr(config, "workerinput"):  # an xdist worker: its controller validated before collection
         return
     config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())
-    show_deferred_header(config, any(item_spec(item) is not None for item in session.items))
 
 
 def _is_xdist_controller(config):
@@ -119,8 +118,18 @@ def options_given(config):
     return any(str(name).startswith("autograd_") for name in (ini or {}))
 
 
+def pytest_report_collectionfinish(config, items):
+    """The header lines after "collected N items", when the session has marked tests and nothing showed them."""
+    if config.stash.get(HEADER_SHOWN, False) or config.getoption("verbose", 0) < 0:
+        return None
+    if not any(item_spec(item) is not None for item in items):
+        return None
+    config.stash[HEADER_SHOWN] = True
+    return header_lines(config)
+
+
 def show_deferred_header(config, has_marked_items):
-    """Write the header lines after collection when the session has marked tests and nothing showed them."""
+    """Under xdist the controller collects nothing: write the header lines once a worker reports marked tests."""
     if config.stash.get(HEADER_SHOWN, False) or not has_marked_items:
         return
     config.stash[HEADER_SHOWN] = True

@@ -21,6 +21,14 @@ def _explain_crash(report, properties):
                        "pytest-xdist started a new worker and the session went on.\n" + report.longrepr)
 
 
+def _end_progress_line(terminalreporter):
+    """Start the table on a fresh line without a blank one: the progress line may already have ended while the
+    reporter still remembers its file (then its write_line would insert an empty line first)."""
+    if getattr(getattr(terminalreporter, "_tw", None), "width_of_current_line", 0):
+        terminalreporter.write("\n")
+    terminalreporter.currentfspath = None
+
+
 class Tally:
     """Counts outcomes of generated items from their reports (works under xdist)."""
 
@@ -70,6 +78,8 @@ class Tally:
         width = max(len(check) for check in checks + ["check"])
         columns = [max([len(device)] + [len(cells.get((c, device), "-")) for c in checks]) for device in devices]
         write = terminalreporter.write_line
+        _end_progress_line(terminalreporter)
+
         terminalreporter.section("autograd checks")
         write("  ".join(["check".ljust(width)] + [d.ljust(w) for d, w in zip(devices, columns)]))
         for check in checks:
@@ -81,8 +91,8 @@ class Tally:
                   "at each test's line), the items' report sections (-rP) and --autograd-json")
         self._write_failed(write)
         for device, reason in self.absent.items():
-            terminalreporter.write_line(f"warning: {reason}: none of its items ran (--autograd-require-devices "
-                                        "makes an absent device an error)", yellow=True, bold=True)
+            write(f"warning: {reason}: none of its items ran (--autograd-require-devices makes an absent device an "
+                  "error)", yellow=True, bold=True)
 
     def _write_failed(self, write):
         """Which op is broken, without scrolling through the reports: one line per failing test."""
