@@ -14,7 +14,10 @@ its figures:
 6. precision in float16 and bfloat16 on CUDA, per op;
 7. the bench timer against ``triton.testing.do_bench`` on the same ops (ratio per op);
 8. the extension's linear forward+backward against cuBLAS (``F.linear``) at
-   4096^3 in float32 with TF32 off, and 9. in bfloat16.
+   4096^3 in float32 with TF32 off, and 9. in bfloat16;
+10. the Triton RMSNorm's tests with compiled kernels;
+11. on a machine with several GPUs, pytest-xdist with one worker per GPU: each
+    worker's ``cuda`` items must run on its own GPU.
 
 Without CUDA it says there is nothing to validate and exits 0. The exit
 status is 1 when a step failed, else 0. Steps that would start after the
@@ -512,6 +515,63 @@ def step_triton_native(context):
     return passed(_summary(outcomes), figures)
 
 
+WORKER_GPUS_TEST = '''
+import os, pytest, torch
+from reference_ops import MyReLU
+
+
+class RecordsItsDevice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        with open(f"devices-{os.environ.get('PYTEST_XDIST_WORKER', 'serial')}.txt", "a") as seen:
+            seen.write(f"{x.device}\\n")
+        return MyReLU.apply(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+@pytest.mark.parametrize("n", range({items}))
+@pytest.mark.autograd_op(op=lambda x: RecordsItsDevice.apply(x), checks=["parity"])
+def test_device(n):
+    return [(torch.tensor([1.0, 2.0, 3.0]),)]
+'''
+
+
+def step_worker_gpus(context):
+    """pytest-xdist with one worker per GPU: worker gwN must run its bare ``cuda`` items on cuda:N."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if count < 2:
+        return skipped(f"one GPU here ({torch.cuda.get_device_name()}): nothing to spread over workers")
+    if importlib_util_find_spec("xdist") is None:
+        return skipped("pytest-xdist is not installed (pip install pytest-xdist)")
+    folder = context.workdir / "worker_gpus"
+    folder.mkdir(exist_ok=True)
+    (folder / "test_worker_gpus.py").write_text(WORKER_GPUS_TEST.replace("{items}", str(4 * count)))
+    code, outcomes, output = run_pytest(context, "worker_gpus", ["test_worker_gpus.py", "--autograd-devices=cpu,cuda",
+                                                                 "-n", str(count)], budget=180, cwd=folder)
+    seen = {path.stem.split("-", 1)[1]: set(path.read_text().split()) - {"cpu"}
+            for path in folder.glob("devices-*.txt")}
+    figures = [{"worker": worker, "CUDA devices its items ran on": ", ".join(sorted(devices))}
+               for worker, devices in sorted(seen.items())]
+    wrong = [f"{worker} ran on {sorted(devices)}" for worker, devices in seen.items()
+             if worker.startswith("gw") and devices != {f"cuda:{int(worker[2:]) % count}"}]
+    if not seen or any(o.status == "failed" for o in outcomes):
+        return failed("the items did not all pass, or recorded no device", figures, output)
+    if wrong:
+        return failed("workers did not get their own GPU: " + "; ".join(wrong), figures, output)
+    return passed(f"{len(seen)} workers, each on its own GPU of {count}", figures)
+
+
+def importlib_util_find_spec(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
+
+
 # The report, in order. EXTENSION POINT: to validate another CUDA op, write a
 # ``step_...(context) -> StepResult`` (return passed/failed/skipped(reason,
 # figures)) and append a Step here; run_pytest() runs a generated test file.
@@ -526,6 +586,7 @@ STEPS = [
     Step("linear vs cuBLAS: 4096^3 float32, TF32 off", step_linear_vs_cublas_float32, budget=60),
     Step("linear vs cuBLAS: 4096^3 bfloat16", step_linear_vs_cublas_bfloat16, budget=60),
     Step("Triton RMSNorm: compiled kernels on CUDA", step_triton_native, budget=240),
+    Step("xdist: one GPU per worker", step_worker_gpus, budget=180),
 ]
 
 

@@ -71,3 +71,24 @@ def cuda_devices(device):
     return []
 
 
+def worker_device(device, worker_index, device_count):
+    """The device a parallel worker uses for ``device``.
+
+    A bare ``cuda`` means the worker's own GPU: worker N of a pytest-xdist
+    run gets ``cuda:(N mod device_count)``, so eight workers on an eight-GPU
+    machine use eight GPUs instead of sharing cuda:0. An index the user wrote
+    (``cuda:1``), any other device, a serial run (``worker_index`` None) or a
+    single GPU leave the device as it is.
+    """
+    if device != "cuda" or worker_index is None or device_count < 2:
+        return device
+    return f"cuda:{worker_index % device_count}"
+
+
+def physical_gpu(index, visible=None):
+    """The GPU that CUDA index ``index`` is, given ``CUDA_VISIBLE_DEVICES`` (``visible``; None: all visible)."""
+    if not visible:
+        return str(index)
+    names = [name.strip() for name in visible.split(",") if name.strip()]
+    return names[index] if index < len(names) else str(index)
+

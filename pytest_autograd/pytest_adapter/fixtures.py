@@ -68,7 +68,11 @@ def autograd_device(request):
     """The device of the current item (``cpu``, ``cuda``, ...); the first configured one elsewhere."""
     spec = item_spec(request.node)
     if spec is not None:
-        return spec.device
+        from pytest_autograd.pytest_adapter.items import (
+            item_device,  # imports torch: only for marked tests
+        )
+
+        return item_device(request.node, spec)
     return request.config.stash[SETTINGS].devices[0]
 
 

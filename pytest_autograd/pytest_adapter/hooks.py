@@ -4,6 +4,8 @@ Imports no torch at module level: a project that installs the plugin but
 has no autograd tests never pays for importing torch.
 """
 
+import zlib
+
 import pytest
 
 from pytest_autograd.engine import triton_interpreter
@@ -35,6 +37,7 @@ from pytest_autograd.pytest_adapter.settings import (
     Settings,
     add_options,
 )
+from pytest_autograd.pytest_adapter.record import test_name
 from pytest_autograd.pytest_adapter.summary import Tally
 
 pytest_plugins = ["pytest_autograd.pytest_adapter.bench", "pytest_autograd.pytest_adapter.reporting"]
@@ -272,6 +275,18 @@ def pytest_itemcollected(item):
     marks = list(item.iter_markers(MARKER))
     mark = marks[spec.marker] if spec.marker < len(marks) else marks[0]
     item.user_properties.append(("autograd_op", op_display_name(mark.kwargs.get("op"))))
+    group_with_its_test(item, spec)
+
+
+def group_with_its_test(item, spec):
+    """Under ``--dist loadgroup`` all items of one test run on one worker (one xdist_group per test), so the
+    one-report-per-cause pointers and per-test caches hold as in a serial run. Bench items keep their own
+    group per device, which runs them one at a time. Done as items are collected: pytest-xdist reads the
+    groups in its own collection hook."""
+    if not getattr(item.config.option, "loadgroup", False) or spec.check == "bench":
+        return
+    test = test_name(item.nodeid, str(spec)).encode()
+    item.add_marker(pytest.mark.xdist_group(f"autograd-test-{zlib.crc32(test):08x}"))
 
 
 def pytest_runtest_setup(item):

@@ -1,5 +1,6 @@
 """Running one generated item: its device, seed and samples, the check, and the pytest outcome."""
 
+import os
 import warnings
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine import notes
 from pytest_autograd.engine.case import RunOptions, build_case, normalise_samples
-from pytest_autograd.engine.devices import device_problem
+from pytest_autograd.engine.devices import device_problem, physical_gpu, worker_device
 from pytest_autograd.engine.modules import with_parameters
 from pytest_autograd.engine.notes import AutogradNote
 from pytest_autograd.engine.outcomes import CheckSkipped, UsageProblem
@@ -17,6 +18,7 @@ from pytest_autograd.engine.seeding import item_seed, seeded
 from pytest_autograd.pytest_adapter import root_cause
 from pytest_autograd.pytest_adapter.bench import state_of as bench_state_of
 from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS
+from pytest_autograd.pytest_adapter.record import without_group
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
 from pytest_autograd.pytest_adapter.rerun import pytest_command
 from pytest_autograd.pytest_adapter.skipping import skip_here
@@ -25,18 +27,38 @@ from pytest_autograd.pytest_adapter.timeout import item_seconds
 NOTES_SECTION = "autograd notes"
 
 
-def rerun_command(item, base_seed, spec=None, check=None):
-    """A command that regenerates this very item: same node id, same seed.
+def rerun_command(item, base_seed, spec=None, check=None, device=None):
+    """A command that regenerates this very item: same node id, same seed, same GPU.
 
     A non-CPU item only exists when its device is asked for, and an opt-in
     check only runs when selected, so those options are part of the command.
+    An xdist worker that ran ``cuda`` on its own GPU (``device`` cuda:N) gets
+    the rerun pinned to that GPU with CUDA_VISIBLE_DEVICES.
     """
     options = [f"--autograd-seed={base_seed}"]
     if spec is not None and spec.device.split(":")[0] != "cpu":
         options.append(f"--autograd-devices={spec.device}")
     if spec is not None and check is not None and not getattr(check, "default", True):
         options.append(f"--autograd-checks={spec.check}")
-    return pytest_command(item.config, item.nodeid, *options)
+    command = pytest_command(item.config, without_group(item.nodeid), *options)
+    if spec is not None and device is not None and device != spec.device:
+        gpu = physical_gpu(int(device.split(":")[1]), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        command = f"CUDA_VISIBLE_DEVICES={gpu} {command}"
+    return command
+
+
+def item_device(item, spec):
+    """The device this item runs on: under pytest-xdist a bare ``cuda`` is the worker's own GPU."""
+    workerid = getattr(item.config, "workerinput", {}).get("workerid", "")
+    if spec.device != "cuda" or not workerid.startswith("gw"):
+        return spec.device
+    return worker_device(spec.device, int(workerid[2:]), gpu_count())
+
+
+def gpu_count():
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def call_body(item, **overrides):
@@ -52,7 +74,8 @@ def run_options(config):
 
 
 def run_item(item, spec, settings, registry):
-    problem = device_problem(spec.device)
+    device = item_device(item, spec)
+    problem = device_problem(device)
     if problem and settings.require_devices:
         pytest.fail(f"{problem} (--autograd-require-devices makes an absent device an error)", pytrace=False)
     if problem:
@@ -62,19 +85,19 @@ def run_item(item, spec, settings, registry):
         skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
     seed = item_seed(settings.seed, item.nodeid)
     with seeded(seed):
-        _run_seeded(item, spec, settings, check, seed)
+        _run_seeded(item, spec, device, settings, check, seed)
 
 
-def _run_seeded(item, spec, settings, check, seed):
+def _run_seeded(item, spec, device, settings, check, seed):
     where = item.nodeid
     try:
-        case = _build_case(item, marker_of(item, spec), spec, where)
-        reason = check.applies(case, spec.device)
+        case = _build_case(item, marker_of(item, spec), device, where)
+        reason = check.applies(case, device)
         if reason:
             skip_here(reason)
-        rerun = rerun_command(item, settings.seed, spec, check)
+        rerun = rerun_command(item, settings.seed, spec, check, device)
         remember_for_record(item, seed, rerun)
-        context = CheckContext(check.name, case, spec.device, seed)
+        context = CheckContext(check.name, case, device, seed)
         failure = run_check(check, context)
         show_notes(item, list(dict.fromkeys(context.notes + notes.pending())))
         problem = None
@@ -124,13 +147,13 @@ def marker_of(item, spec):
     return marks[index] if index < len(marks) else marks[0]
 
 
-def _build_case(item, mark, spec, where):
+def _build_case(item, mark, device, where):
     """The OpCase from the test body, with the samples the hooks adjust for this device."""
     samples = normalise_samples(call_body(item), where)
     case = build_case(mark.kwargs, samples, where)
     case.run_options = run_options(item.config)
     case.factory = lambda **overrides: with_parameters(case.op, normalise_samples(call_body(item, **overrides), where))
-    for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=spec.device):
+    for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=device):
         if adjusted is not None:
             case.samples = with_parameters(case.op, normalise_samples(adjusted, where))
             validate_sample_values(case, where)

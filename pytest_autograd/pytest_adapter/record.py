@@ -17,11 +17,18 @@ FAILURE_FIELDS = ("summary", "device", "dtype", "sample", "output", "argument", 
                   "details", "picture")
 
 
+def without_group(nodeid):
+    """The node id without the ``@group`` suffix pytest-xdist adds under ``--dist loadgroup``."""
+    head, at, tail = nodeid.rpartition("@")
+    return head if at and not any(char in tail for char in "[]/:") else nodeid
+
+
 def test_name(nodeid, spec_id):
     """The test an item belongs to: its node id without the ``check-device`` part of the parameters.
 
     ``t.py::test_x[gradcheck-cpu]`` -> ``t.py::test_x``; ``t.py::test_x[gradcheck-cpu-4]`` -> ``t.py::test_x[4]``.
     """
+    nodeid = without_group(nodeid)
     if not nodeid.endswith("]") or "[" not in nodeid:
         return nodeid
     base, _, params = nodeid[:-1].partition("[")
