@@ -118,3 +118,48 @@ def test_a_triton_kernel_given_cpu_tensors_without_the_interpreter_is_told_to_se
         "*hint: a Triton kernel got CPU tensors: without a GPU, run it in Triton's interpreter by setting "
         "TRITON_INTERPRET=1 before triton is imported*",
     ])
+
+
+KERNEL_THE_INTERPRETER_REFUSES = """
+import pytest, torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, factor, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(y_ptr + offsets, x * factor.to(tl.float32), mask=mask)  # compiles; the interpreter has a float here
+
+
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        scale_kernel[(triton.cdiv(x.numel(), 16),)](x, y, x.numel(), 2.0, BLOCK=16)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+@pytest.mark.autograd_op(op=Scale, reference=lambda x: x * 2)
+def test_scale():
+    return [(torch.randn(40),)]
+"""
+
+
+def test_a_kernel_the_interpreter_cannot_run_is_skipped_by_every_check_never_blamed(pytester, run_pytest):
+    pytest.importorskip("triton")
+    if not interpreter_on():
+        pytest.skip("needs triton's interpreter (TRITON_INTERPRET=1 before triton is imported)")
+    pytester.makepyfile(test_kernel=KERNEL_THE_INTERPRETER_REFUSES)
+    result = run_pytest("-rs")
+    outcomes = result.parseoutcomes()
+    assert "failed" not in outcomes and "passed" not in outcomes, result.stdout.str()
+    result.stdout.fnmatch_lines(["SKIPPED [[]*[]] test_kernel.py:*: Triton's interpreter cannot run this op's kernel "
+                                 "(AttributeError(\"'float' object has no attribute 'to'\")): a limit of "
+                                 "TRITON_INTERPRET=1, not a verdict on the kernel; run the checks on a GPU without it"])

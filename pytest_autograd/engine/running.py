@@ -5,7 +5,8 @@ import torch
 from pytest_autograd.engine.budget import call_with_limit, time_budget_failure
 from pytest_autograd.engine.devices import cuda_devices
 from pytest_autograd.engine.execution import op_failure
-from pytest_autograd.engine.outcomes import OpRaised
+from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
+from pytest_autograd.engine.triton_interpreter import interpreter_refusal
 from pytest_autograd.engine.torch_noise import quiet_torch_machinery
 from pytest_autograd.results.report import CheckFailure
 
@@ -29,6 +30,9 @@ def run_check(check, context, reseed=False):
     except CheckFailure as raised:
         return raised
     except OpRaised as raised:
+        refusal = interpreter_refusal(raised.error)
+        if refusal:
+            raise CheckSkipped(refusal) from None
         failure = op_failure(check.name, raised, context, sample=context.sample_index)
         failure.report.seed = context.seed
         return failure

@@ -75,3 +75,28 @@ def interpreted_kernels_reason(call):
     if count is None or count[0]:
         return BENCH_REFUSAL
     return None
+
+
+def interpreter_refusal(error):
+    """Why no check can judge an op that raised ``error`` here, or None.
+
+    Triton's interpreter wraps anything a kernel body raises in
+    ``InterpreterError``; most of what real kernel libraries trip over is a
+    limit of the interpreter (a scalar argument used as a tensor, a ``None``
+    pointer argument), not a bug of a kernel that runs on GPUs every day. So
+    under ``TRITON_INTERPRET=1`` such an op is skipped with the interpreter's
+    words, never failed; on a GPU the compiled kernel is judged.
+    """
+    if not interpreter_on():
+        return None
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        kind = type(error)
+        if kind.__name__ == "InterpreterError" and kind.__module__.startswith("triton"):
+            first = str(error).strip().splitlines()[0] if str(error).strip() else kind.__name__
+            return (f"Triton's interpreter cannot run this op's kernel ({first[:200]}): a limit of {ENV}=1, not a "
+                    "verdict on the kernel; run the checks on a GPU without it")
+        error = error.__cause__ or error.__context__
+    return None
+
