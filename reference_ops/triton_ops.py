@@ -30,9 +30,8 @@ The planted-bug twins (:class:`TritonRMSNormNoRstdTerm`,
 share the kernels' launch code.
 """
 
-from __future__ import annotations
-
 import os
+from typing import Tuple  # torch < 2.5 reads custom_op signatures from real types, not strings
 
 import torch
 from torch import Tensor
@@ -257,7 +256,7 @@ def _define():
         return existing.rms_norm
 
     @torch.library.custom_op(f"{NAMESPACE}::rms_norm", mutates_args=())
-    def rms_norm(x: Tensor, weight: Tensor, eps: float = EPS) -> tuple[Tensor, Tensor]:
+    def rms_norm(x: Tensor, weight: Tensor, eps: float = EPS) -> Tuple[Tensor, Tensor]:
         return rms_norm_forward(x, weight, eps)
 
     @rms_norm.register_fake
@@ -266,7 +265,7 @@ def _define():
         return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=_rstd_dtype(x.dtype))
 
     @torch.library.custom_op(f"{NAMESPACE}::rms_norm_backward", mutates_args=())
-    def rms_norm_backward_op(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor) -> tuple[Tensor, Tensor]:
+    def rms_norm_backward_op(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor) -> Tuple[Tensor, Tensor]:
         return rms_norm_backward(grad_y, x, weight, rstd)
 
     @rms_norm_backward_op.register_fake
