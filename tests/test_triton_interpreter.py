@@ -163,3 +163,50 @@ def test_a_kernel_the_interpreter_cannot_run_is_skipped_by_every_check_never_bla
     result.stdout.fnmatch_lines(["SKIPPED [[]*[]] test_kernel.py:*: Triton's interpreter cannot run this op's kernel "
                                  "(AttributeError(\"'float' object has no attribute 'to'\")): a limit of "
                                  "TRITON_INTERPRET=1, not a verdict on the kernel; run the checks on a GPU without it"])
+
+
+BFLOAT16_ONLY_SQUARE = """
+import pytest, torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def square_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(y_ptr + offsets, x * x, mask=mask)  # bfloat16 arithmetic, right on a GPU
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype != torch.bfloat16:
+            raise TypeError("square_kernel takes bfloat16 tensors only")
+        ctx.save_for_backward(x)
+        y = torch.empty_like(x)
+        square_kernel[(triton.cdiv(x.numel(), 16),)](x, y, x.numel(), BLOCK=16)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 2 * x
+
+
+@pytest.mark.autograd_op(op=Square, reference=lambda x: x * x, checks=["gradcheck", "reference"])
+def test_square():
+    return [(torch.randn(40, dtype=torch.bfloat16),)]
+"""
+
+
+def test_a_bfloat16_kernel_is_not_failed_for_the_interpreters_bfloat16_arithmetic(pytester, run_pytest):
+    pytest.importorskip("triton")
+    if not interpreter_on():
+        pytest.skip("needs triton's interpreter (TRITON_INTERPRET=1 before triton is imported)")
+    pytester.makepyfile(test_square=BFLOAT16_ONLY_SQUARE)
+    result = run_pytest("-rs")
+    assert "failed" not in result.parseoutcomes(), result.stdout.str()
+    result.stdout.fnmatch_lines(["SKIPPED [[]*[]] test_square.py:*: TRITON_INTERPRET=1: Triton's interpreter computes "
+                                 "bfloat16 arithmetic wrongly*judge bfloat16 on a GPU"])

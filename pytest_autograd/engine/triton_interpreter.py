@@ -100,3 +100,19 @@ def interpreter_refusal(error):
         error = error.__cause__ or error.__context__
     return None
 
+
+BF16_REFUSAL = (f"{ENV}=1: Triton's interpreter computes bfloat16 arithmetic wrongly (x * x on bfloat16 values gives "
+                "numbers near 1e33; loads, stores and float32 arithmetic are exact), so a bfloat16 mismatch of an op "
+                "that launches Triton kernels says nothing about the kernel; judge bfloat16 on a GPU")
+
+
+@contextmanager
+def watching_bfloat16_kernels():
+    """Yields a callable ``blame(dtype_label)``: BF16_REFUSAL when a bfloat16 verdict on the code run in the
+    block cannot be trusted (the interpreter is on and interpreted kernels ran), else None."""
+    if not interpreter_on() or sys.modules.get("triton.runtime.interpreter") is None:
+        yield lambda dtype: None
+        return
+    with counting_interpreted_launches() as count:
+        yield lambda dtype: BF16_REFUSAL if dtype == "bfloat16" and (count is None or count[0]) else None
+
