@@ -209,4 +209,15 @@ def test_a_bfloat16_kernel_is_not_failed_for_the_interpreters_bfloat16_arithmeti
     result = run_pytest("-rs")
     assert "failed" not in result.parseoutcomes(), result.stdout.str()
     result.stdout.fnmatch_lines(["SKIPPED [[]*[]] test_square.py:*: TRITON_INTERPRET=1: Triton's interpreter computes "
-                                 "bfloat16 arithmetic wrongly*judge bfloat16 on a GPU"])
+                                 "bfloat16 arithmetic wrongly here (its self-test: x * x + x off by *)*judge "
+                                 "bfloat16 on a GPU"])
+
+
+def test_the_interpreter_self_test_judges_float32_right():
+    pytest.importorskip("triton")
+    if not interpreter_on():
+        pytest.skip("needs triton's interpreter (TRITON_INTERPRET=1 before triton is imported)")
+    from pytest_autograd.engine.triton_interpreter import interpreter_arithmetic_problem
+
+    assert interpreter_arithmetic_problem("float32") is None
+    assert interpreter_arithmetic_problem("float64") is None

@@ -101,18 +101,70 @@ def interpreter_refusal(error):
     return None
 
 
-BF16_REFUSAL = (f"{ENV}=1: Triton's interpreter computes bfloat16 arithmetic wrongly (x * x on bfloat16 values gives "
-                "numbers near 1e33; loads, stores and float32 arithmetic are exact), so a bfloat16 mismatch of an op "
-                "that launches Triton kernels says nothing about the kernel; judge bfloat16 on a GPU")
+_SELF_TEST = {}  # dtype label -> None (computes right) or what went wrong; measured once per process
+
+
+def _square_plus_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def square_plus(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask)
+        tl.store(y_ptr + offsets, x * x + x, mask=mask)
+
+    return square_plus
+
+
+def interpreter_arithmetic_problem(dtype_label):
+    """What Triton's interpreter gets wrong computing in ``dtype_label``, or None when it computes right.
+
+    Measured, not looked up by version: a tiny kernel (x * x + x) runs once per dtype and process in the
+    interpreter and is compared with torch; more than a few units of the dtype's last place is wrong.
+    (triton 3.9 computes bfloat16 arithmetic wrongly while float16, float32 and float64 are right.)
+    """
+    if dtype_label not in _SELF_TEST:
+        _SELF_TEST[dtype_label] = _measure(dtype_label)
+    return _SELF_TEST[dtype_label]
+
+
+def _measure(dtype_label):
+    import torch
+
+    dtype = getattr(torch, dtype_label, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        return None
+    try:
+        x = torch.linspace(-3, 3, 64, dtype=torch.float64).to(dtype)
+        y = torch.empty_like(x)
+        _square_plus_kernel()[(1,)](x, y, x.numel(), BLOCK=64)
+    except Exception as error:  # noqa: BLE001 - an interpreter that cannot even run it computes nothing right
+        return f"its self-test kernel raised {type(error).__name__}"
+    expected = (x.double() * x.double() + x.double()).to(dtype).double()
+    error = (y.double() - expected).abs().max().item()
+    if error <= 4 * torch.finfo(dtype).eps * expected.abs().max().item():
+        return None
+    return f"x * x + x off by {error:.3g} on values of magnitude 3"
 
 
 @contextmanager
-def watching_bfloat16_kernels():
-    """Yields a callable ``blame(dtype_label)``: BF16_REFUSAL when a bfloat16 verdict on the code run in the
-    block cannot be trusted (the interpreter is on and interpreted kernels ran), else None."""
+def watching_interpreted_dtypes():
+    """Yields ``refusal(dtype_label)``: why a verdict in that dtype on the code run in the block cannot be
+    trusted (interpreted kernels ran, and the interpreter computes that dtype wrongly), else None."""
     if not interpreter_on() or sys.modules.get("triton.runtime.interpreter") is None:
         yield lambda dtype: None
         return
     with counting_interpreted_launches() as count:
-        yield lambda dtype: BF16_REFUSAL if dtype == "bfloat16" and (count is None or count[0]) else None
+        def refusal(dtype):
+            if not dtype or not (count is None or count[0]):
+                return None
+            problem = interpreter_arithmetic_problem(dtype)
+            if problem is None:
+                return None
+            return (f"{ENV}=1: Triton's interpreter computes {dtype} arithmetic wrongly here (its self-test: "
+                    f"{problem}), so a {dtype} mismatch of an op that launches Triton kernels says nothing about "
+                    f"the kernel; judge {dtype} on a GPU")
 
+        yield refusal
