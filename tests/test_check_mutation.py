@@ -273,3 +273,46 @@ def test_mutation_names_a_list_argument_backward_changes_in_place(pytester, run_
         "*backward modified its argument `pads` (a list) in place: [[]1, 2[]] -> [[][]]",
         "*hint: work on a copy (`pads = list(pads)`) instead of changing the caller's list",
     ])
+
+
+SWIGLU_WRITES_GRADIENTS_INTO_ITS_INPUTS = """
+import pytest, torch
+
+
+class SwiGLUSavesMemory(torch.autograd.Function):
+    # silu(a) * b whose backward writes the gradients into the saved inputs, to save memory (Liger-style)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return torch.nn.functional.silu(a) * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        sig = torch.sigmoid(a)
+        silu = a * sig
+        grad_b = grad * silu
+        a.copy_(grad * b * (sig + silu * (1 - sig)))
+        b.copy_(grad_b)
+        return a, b
+
+
+@pytest.mark.autograd_op(op=SwiGLUSavesMemory, checks=["mutation"]{marker})
+def test_swiglu():
+    return [(torch.randn(4, 6), torch.randn(4, 6))]
+"""
+
+
+def test_a_backward_that_overwrites_its_inputs_fails_saying_how_to_declare_it(pytester, run_pytest):
+    pytester.makepyfile(test_ops=SWIGLU_WRITES_GRADIENTS_INTO_ITS_INPUTS.replace("{marker}", ""))
+    result = run_pytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["backward modified the op's input `a` in place: 24 of 24 elements changed",
+                                 "*hint: backward must not write to the op's inputs*or, if it overwrites the input on "
+                                 'purpose to save memory, declare it on the marker: mutates=("a",)'])
+
+
+def test_a_backward_that_overwrites_inputs_declared_with_mutates_passes(pytester, run_pytest):
+    pytester.makepyfile(test_ops=SWIGLU_WRITES_GRADIENTS_INTO_ITS_INPUTS.replace("{marker}", ', mutates=("a", "b")'))
+    run_pytest().assert_outcomes(passed=1)

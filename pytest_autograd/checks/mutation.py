@@ -40,7 +40,7 @@ class Mutation(Check):
             prepared = context.prepare(sample)
             args, kwargs = prepared.call_args()
             call = _check_forward(context, declared, args, kwargs)
-            _check_backward(context, prepared, call)
+            _check_backward(context, prepared, call, declared)
 
 
 def _check_forward(context, declared, args, kwargs):
@@ -63,8 +63,12 @@ def _check_forward(context, declared, args, kwargs):
     return call
 
 
-def _check_backward(context, prepared, call):
-    """Run backward; fail on a change to grad_output, an argument, an output or a saved tensor."""
+def _check_backward(context, prepared, call, declared):
+    """Run backward; fail on a change to grad_output, an argument, an output or a saved tensor.
+
+    An argument declared with ``mutates=`` may be overwritten by backward too (a memory-saving backward
+    that writes the gradients into the saved inputs, as Liger's kernels do), and so may what forward saved
+    of it."""
     case = context.case
     arguments = tensor_arguments(case, call.args, call.kwargs)
     after_forward = [_snapshot(tensor) for _, _, tensor in arguments]
@@ -82,10 +86,14 @@ def _check_backward(context, prepared, call):
         if cotangent is not None:
             _fail_if_changed(context, snapshot, cotangent, grad_names[k], "backward", "its incoming gradient",
                              GRAD_OUTPUT_HINT.format(name=grad_names[k]), output=output_label(k, count))
+    mutable = [tensor for slot, name, tensor in arguments if slot in declared or name in declared]
     for (slot, name, tensor), snapshot in zip(arguments, after_forward):
+        if slot in declared or name in declared:
+            continue
         _fail_if_changed(context, snapshot, tensor, name, "backward", "the op's input",
                          f"backward must not write to the op's inputs: compute a new tensor from `{name}` "
-                         "instead of updating it in place")
+                         "instead of updating it in place, or, if it overwrites the input on purpose to save "
+                         f"memory, declare it on the marker: mutates=(\"{name}\",)")
     for slot, name, value, copy in plain:
         _fail_if_plain_changed(context, copy, value, name, "backward")
     for k, (out, snapshot) in enumerate(zip(call.outputs, outputs_after_forward)):
@@ -93,8 +101,17 @@ def _check_backward(context, prepared, call):
         _fail_if_changed(context, snapshot, out, label, "backward", "the op's output", BACKWARD_OUTPUT_HINT,
                          output=label, argument=None)
     for (label, tensor), snapshot in zip(saved, saved_after_forward):
+        if any(_same_memory(tensor, argument) for argument in mutable):
+            continue
         _fail_if_changed(context, snapshot, tensor, label, "backward", "the saved tensor", BACKWARD_SAVED_HINT,
                          argument=None)
+
+
+def _same_memory(a, b):
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return False
 
 
 BACKWARD_OUTPUT_HINT = ("backward must not write to what forward returned (e.g. `y.mul_(grad)` on a saved output): "
