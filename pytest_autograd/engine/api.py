@@ -12,7 +12,7 @@ It returns one :class:`Outcome` per check and device, and raises only
 call (an unknown check, option or device, samples that are not tensors).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine.budget import DEFAULT_SECONDS
@@ -47,6 +47,7 @@ class Outcome:
     device: str
     status: str
     detail: str = ""
+    report: object = field(default=None, repr=False, compare=False)  # a failure's Report (results.report)
 
     def __str__(self):
         first = self.detail.splitlines()[0] if self.detail else ""
@@ -116,4 +117,4 @@ def _one(check, name, case, device, problem, seed, explicit):
         return Outcome(name, device, "skipped", reason)
     if failure is None:
         return Outcome(name, device, "passed", "; ".join(context.notes))
-    return Outcome(name, device, "failed", failure.report.render())
+    return Outcome(name, device, "failed", failure.report.render(), failure.report)
