@@ -35,7 +35,7 @@ from typing import Optional
 
 import torch
 from torch.autograd import Function
-from torch.autograd.function import FunctionMeta
+from torch.autograd.function import BackwardCFunction, FunctionMeta
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
@@ -176,12 +176,42 @@ def _backward(outputs, recorder, seed):
     generator = torch.Generator().manual_seed(seed)
     cotangents = [torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.device, t.dtype) for t in flat]
     try:
-        torch.autograd.grad(flat, leaves, cotangents, allow_unused=True)
+        try:
+            torch.autograd.grad(flat, leaves, cotangents, allow_unused=True, retain_graph=True)
+        except RuntimeError as error:
+            if "use_reentrant" not in str(error):
+                raise
+            _backward_keeping_grads(flat, cotangents, leaves)  # reentrant checkpointing refuses autograd.grad
     except Exception as error:
         where = user_frame(error.__traceback__)
         first = (str(error).strip().splitlines() or ["(no message)"])[0]
         return f"{type(error).__name__}: {first[:200]}" + (f" at {where}" if where else "")
     return "ran"
+
+
+def _backward_keeping_grads(outputs, cotangents, known_leaves):
+    """``backward()`` on ``outputs``, the ``.grad`` of every leaf it can reach put back as it was afterwards.
+
+    The leaves: those of the graph, and ``known_leaves`` (the model's
+    parameters and the ops' leaf arguments), which a checkpoint's own
+    backward reaches without the graph showing them.
+    """
+    leaves, seen, stack = {id(t): t for t in known_leaves}, set(), [t.grad_fn for t in outputs if t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf
+        if isinstance(variable, torch.Tensor):
+            leaves.setdefault(id(variable), variable)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    grads = [(leaf, leaf.grad) for leaf in leaves.values()]
+    try:
+        torch.autograd.backward(outputs, cotangents)
+    finally:
+        for leaf, grad in grads:
+            leaf.grad = grad
 
 
 # ---------------------------------------------------------------------------
@@ -217,10 +247,13 @@ class _Recorder:
             patched = _FunctionPatches(recorder)
             hooks = recorder._module_hooks()
             patched.apply()
+            backward_apply = BackwardCFunction.apply
+            BackwardCFunction.apply = _backward_seeing_custom_ops(backward_apply, recorder)
             try:
                 with _CustomOpMode(recorder):
                     yield
             finally:
+                BackwardCFunction.apply = backward_apply
                 patched.restore()
                 for hook in hooks:
                     hook.remove()
@@ -422,6 +455,30 @@ def operator_key(func):
         qualified = schema.name + (f".{overload}" if overload not in ("", "default") else "")
     namespace = qualified.split("::", 1)[0]
     return None if namespace in TORCH_NAMESPACES else qualified
+
+
+def _backward_seeing_custom_ops(apply, recorder):
+    """``BackwardCFunction.apply`` (how autograd runs a Python Function's backward) with the capture's mode on.
+
+    The autograd engine runs backward without the caller's torch function
+    modes, so the custom ops a reentrant checkpoint recomputes in its backward
+    would go unseen; they are recorded there like in the forward.
+    """
+
+    @functools.wraps(apply)
+    def backward_apply(self, *args):
+        if any(isinstance(mode, _CustomOpMode) for mode in _function_modes()):
+            return apply(self, *args)
+        with _CustomOpMode(recorder):
+            return apply(self, *args)
+
+    return backward_apply
+
+
+def _function_modes():
+    from torch.overrides import _get_current_function_mode_stack
+
+    return _get_current_function_mode_stack()
 
 
 class _CustomOpMode(TorchFunctionMode):

@@ -7,7 +7,7 @@ from pytest_autograd.engine.case import CORE_OPTIONS, validate_tolerances
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.naming import did_you_mean
 
-DEFAULT_MAX_SIGNATURES = 3
+DEFAULT_MAX_SIGNATURES = 4
 # The scan's own options; every other option goes to each op's checks.
 SCAN_OPTIONS = {"ops": None, "skip_ops": None, "max_signatures": DEFAULT_MAX_SIGNATURES, "op_options": None}
 # Options that only make sense for one op: given per op in op_options=, never for the whole model.
@@ -54,7 +54,7 @@ def _validate_op_entries(value, name, where):
     if value is None:
         return
     entries = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
-    if not entries:
+    if not entries and name == "ops":
         raise UsageProblem(f"{where}: {name}= is empty; name ops by their name (e.g. 'MyRMSNorm', "
                            "'mylib::fused_swiglu') or pass the Function class or torch.ops operator.")
     for entry in entries:

@@ -16,6 +16,7 @@ not require grad at the call passed as a constant.
 
 from dataclasses import dataclass, field
 
+from pytest_autograd.engine import notes
 from pytest_autograd.engine.api import Outcome, run_checks
 from pytest_autograd.engine.builtin import register_builtin_checks
 from pytest_autograd.engine.case import Sample
@@ -109,6 +110,7 @@ class Checked:
     signature: object
     text: str
     outcomes: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # what the checks noted (a low-precision strategy, kinks)
 
 
 @dataclass(eq=False)
@@ -144,6 +146,17 @@ class OpVerdict:
         checked = f"{len(self.checked)} checked" + (f", {unchecked} not (max_signatures=)" if unchecked else "")
         return f"`{self.name}` {self.scanned.where()}: {self.scanned.seen()}, {checked}"
 
+    def skip_reason(self):
+        """Why no check judged the op (each distinct reason once)."""
+        reasons = [self.problem] if self.problem else [o.detail for o in self.outcomes if o.status == "skipped"]
+        return "; ".join(dict.fromkeys(reasons)) or "not checked"
+
+    def line(self):
+        """The headline and the verdict; a skipped op's reasons."""
+        if self.status != "skipped":
+            return f"{self.headline()}: {self.status}"
+        return f"{self.headline()}: skipped ({self.skip_reason()})"
+
     def render(self, indent="  "):
         """The op, each signature checked and what each check said; failures with their full report."""
         lines = [f"{self.headline()}: {self.status}"]
@@ -152,6 +165,7 @@ class OpVerdict:
         for checked in self.checked:
             lines.append(f"{indent}checked at {checked.text}")
             lines.extend(outcome_lines(checked.outcomes, indent * 2))
+            lines.extend(f"{indent * 2}note: {note}" for note in checked.notes)
         return "\n".join(lines)
 
 
@@ -200,15 +214,20 @@ class ScanResult:
         checked = len(self.verdicts) - len(self.skipped)
         text = f"{checked} op{'s' if checked != 1 else ''} checked"
         if self.skipped:
-            text += f" ({len(self.skipped)} more skipped by every check)"
+            text += f" ({len(self.skipped)} more skipped)"
         if not self.wrong:
             return text + ", none wrong"
         wrong = "; ".join(f"`{v.name}` at {v.scanned.site} ({', '.join(_failed_checks(v))})" for v in self.wrong)
         return f"{text}, {len(self.wrong)} wrong: {wrong}"
 
-    def render(self):
-        lines = [self.summary()]
-        lines += [""] + [v.render() for v in self.wrong + self.passed + self.skipped]
+    def render(self, brief=False):
+        """The summary, then every op: the wrong ones with their reports. ``brief``: the others in one line each."""
+        lines = [self.summary(), ""] + [v.render() for v in self.wrong]
+        others = self.passed + self.skipped
+        if brief:
+            lines += [v.line() for v in others]
+        else:
+            lines += [v.render() for v in others]
         lines += self._footer()
         return "\n".join(lines)
 
@@ -262,12 +281,15 @@ def check_ops(scanned_ops, checks, devices=None, seed=0, registry=None, run_opti
             checked = Checked(signature, signature.describe(scanned.arg_names))
             verdict.checked.append(checked)
             here = devices or [_device_of(signature.call)]
+            first_note = notes.count()
             try:
                 checked.outcomes = _run(scanned, signature, checks, here, item_seed(seed, f"{scanned.key}:{index}"),
                                         registry, run_options, explicit, {**options, **per_op})
             except UsageProblem as problem:  # the captured arguments cannot be checked as they are
                 checked.outcomes = [Outcome(name, device, "skipped", f"not checked: {problem}")
                                     for name in checks for device in here]
+            checked.notes = [n for n in notes.since(first_note)
+                             if not any(n in o.detail for o in checked.outcomes if o.status == "passed")]
         verdicts.append(verdict)
     return verdicts
 

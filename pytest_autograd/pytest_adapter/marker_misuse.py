@@ -4,10 +4,10 @@ A plugin loaded in every project of an environment must never stop a
 session over a marker: the project's own markers (``autograd``,
 ``autograd_slow``, ... registered in ``markers`` or with
 ``config.addinivalue_line``) are never an error. Only an unregistered name
-within two typos of ``autograd_op`` (or ``autograd...`` given ``op=``) is
-reported, as a failure of the tests that carry it when they run, so
-deselected tests (``-k``, ``-m``) never see it. ``autograd_op`` on a
-``unittest.TestCase`` method, which pytest never parametrizes, is refused
+within two typos of ``autograd_op`` (or ``autograd...`` given ``op=``) or of
+``autograd_model`` is reported, as a failure of the tests that carry it when
+they run, so deselected tests (``-k``, ``-m``) never see it. Either marker on
+a ``unittest.TestCase`` method, which pytest never parametrizes, is refused
 the same way.
 """
 
@@ -16,6 +16,7 @@ import re
 import pytest
 
 MARKER = "autograd_op"
+MODEL_MARKER = "autograd_model"
 REGISTERED = pytest.StashKey()
 
 
@@ -44,6 +45,10 @@ def looks_like_autograd_op(mark):
     return name.startswith("autograd") and "op" in mark.kwargs
 
 
+def looks_like_autograd_model(mark):
+    return edit_distance(mark.name.lower(), MODEL_MARKER) <= 2
+
+
 def misuse_problem(item):
     """The message for a marker misuse on ``item``, or None."""
     if item.get_closest_marker(MARKER) is not None:
@@ -54,13 +59,25 @@ def misuse_problem(item):
                     f"(class TestOps: without unittest.TestCase) whose body returns the samples, or call "
                     "pytest_autograd.run_checks(op, *args) inside the method and assert on its outcomes.")
         return None
+    if item.get_closest_marker(MODEL_MARKER) is not None:
+        if _is_unittest_method(item):
+            return (f"{item.nodeid}: @pytest.mark.{MODEL_MARKER} does not work on a unittest.TestCase method: pytest "
+                    "runs it through unittest, which neither makes one item per check nor uses the model the test "
+                    "returns, so no op would be checked. Move the test to a plain function whose body returns "
+                    "`model, (x,)`, or call pytest_autograd.autograd_scan(model, x) inside the method and assert "
+                    "that its `wrong` list is empty.")
+        return None
     registered = registered_markers(item.config)
     for mark in item.iter_markers():
-        if mark.name == MARKER or mark.name in registered or not looks_like_autograd_op(mark):
+        if mark.name in (MARKER, MODEL_MARKER) or mark.name in registered:
             continue
+        meant = MARKER if looks_like_autograd_op(mark) else MODEL_MARKER if looks_like_autograd_model(mark) else None
+        if meant is None:
+            continue
+        what, form = ("the op is", "(op=...)") if meant == MARKER else ("the model's ops are", "")
         return (f"{item.nodeid}: @pytest.mark.{mark.name} is not a registered marker and looks like a typo of "
-                f"@pytest.mark.{MARKER}: as written, the op is never checked. Write "
-                f"@pytest.mark.{MARKER}(op=...), or, if {mark.name} is a marker of your own, register it under "
+                f"@pytest.mark.{meant}: as written, {what} never checked. Write "
+                f"@pytest.mark.{meant}{form}, or, if {mark.name} is a marker of your own, register it under "
                 "`markers` in your pytest configuration.")
     return None
 
