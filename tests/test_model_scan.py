@@ -321,6 +321,37 @@ def test_an_op_that_accepts_only_bfloat16_is_judged_in_bfloat16_and_its_wrong_tw
     assert [v.status for v in bad.verdicts] == ["failed"], bad.render()
 
 
+def test_an_op_the_model_ran_on_another_device_type_is_skipped_there_not_moved():
+    from pytest_autograd.engine.model_capture import CapturedCall
+    from pytest_autograd.engine.model_scan import check_ops
+
+    call = CapturedCall(MyReLU, "reference_ops.functions.MyReLU", (torch.randn(3, device="meta"),), {},
+                        frozenset({0}), "model.py:1")
+    (verdict,) = check_ops(group_calls([call]), ["gradcheck"], devices=["cpu"])
+    assert verdict.status == "skipped"
+    assert verdict.skip_reason().startswith("the model ran this op on meta, not on cpu: a kernel written for one "
+                                            "device may not run on another")
+
+
+class BackwardRaises(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("backward kernel not built for this shape")
+
+
+def test_a_backward_that_raises_is_noted_and_the_op_is_named_by_its_own_check():
+    result = autograd_scan(lambda x: MyReLU.apply(BackwardRaises.apply(x)), torch.randn(3, 4, requires_grad=True),
+                           checks=["gradcheck"])
+    assert [v.name for v in result.wrong] == ["BackwardRaises"], result.render()
+    assert result.all_notes()[0].startswith("the model's backward raised RuntimeError: backward kernel not built "
+                                            "for this shape")
+    assert "the op's backward raised RuntimeError" in result.wrong[0].outcomes[0].detail
+
+
 # ---------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------

@@ -231,12 +231,15 @@ class ScanResult:
         lines += self._footer()
         return "\n".join(lines)
 
-    def _footer(self):
-        lines = []
+    def all_notes(self):
+        """The scan's own notes: a backward that raised, ``skip_ops=`` entries that named no op."""
+        raised = []
         if self.backward not in ("ran", "none"):
-            lines.append(f"note: the model's backward raised {self.backward}; each op's own backward is judged "
-                         "above")
-        lines += [f"note: {note}" for note in self.notes]
+            raised.append(f"the model's backward raised {self.backward}; each op's own backward is judged on its own")
+        return raised + list(self.notes)
+
+    def _footer(self):
+        lines = [f"note: {note}" for note in self.all_notes()]
         return [""] + lines if lines else []
 
     def __str__(self):
@@ -301,13 +304,20 @@ def _run(scanned, signature, checks, devices, seed, registry, run_options, expli
     if extra is not None:
         constants += [extra] if isinstance(extra, (str, int)) else list(extra)
     names = checks if explicit else [n for n in checks if getattr(registry.get(n), "default", True)]
+    captured = _device_of(call)
+    elsewhere = [d for d in devices if captured.split(":")[0] not in ("cpu", d.split(":")[0])]
+    devices = [d for d in devices if d not in elsewhere]
     outcomes = []
-    if names:
+    if names and devices:
         outcomes = run_checks(scanned.op, checks=names, devices=devices, seed=seed, registry=registry,
                               samples=Sample(*call.args, **call.kwargs), run_options=run_options,
                               constants=constants or None, **options)
     opt_in = [n for n in checks if n not in names]
     outcomes += [Outcome(n, d, "skipped", "opt-in check: name it in checks= to run it") for n in opt_in for d in devices]
+    outcomes += [Outcome(n, d, "skipped", f"the model ran this op on {captured}, not on {d}: a kernel written for "
+                                          f"one device may not run on another; build the model on the "
+                                          f"`autograd_device` fixture's device to check it on each")
+                 for n in checks for d in elsewhere]
     order = {name: k for k, name in enumerate(checks)}
     return sorted(outcomes, key=lambda o: order.get(o.check, 0))
 

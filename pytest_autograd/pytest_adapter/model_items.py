@@ -85,6 +85,6 @@ def _report(item, spec, result, rerun, seed):
     verdicts = [f"{label}: {result.summary()}"] + [v.line() for v in result.verdicts]
     notes = [f"`{v.name}`: {o.detail}" for v in result.verdicts for o in v.outcomes if o.status == "passed" and o.detail]
     notes += [f"`{v.name}`: {n}" for v in result.verdicts for c in v.checked for n in c.notes]
-    notes = list(dict.fromkeys(notes + result.notes))
+    notes = list(dict.fromkeys(notes + result.all_notes()))
     item.add_report_section("call", NOTES_SECTION, "\n".join(verdicts + [f"note: {n}" for n in notes]))
     item.user_properties.extend(("autograd_note", text) for text in notes)  # the checks' own notes, in the summary
