@@ -167,6 +167,22 @@ def test_the_capture_sees_aliases_custom_ops_and_composite_ops_but_not_an_ops_ow
     assert x.grad is None and capture.backward == "ran"
 
 
+def test_a_layer_repeated_many_times_keeps_one_copy_of_its_arguments_and_a_dict_output_is_differentiated():
+    weight = torch.nn.Parameter(torch.randn(4, 4))
+
+    def deep(x):
+        for _ in range(10):
+            x = LinearFunction.apply(x, weight)
+        return {"logits": x, "extra": [x.sum()]}
+
+    capture = capture_model(deep, [Sample(torch.randn(3, 4))])
+    (op,) = group_calls(capture.calls)
+    assert op.calls == 10 and len(op.signatures) == 1
+    assert sum(call.kept for call in capture.calls) == 2  # the first layer's input is data, the others' are not
+    assert op.signatures[0].call.grad_slots == {0, 1}
+    assert capture.backward == "ran" and weight.grad is None
+
+
 def test_a_call_under_no_grad_checks_every_argument_as_a_constant():
     x = torch.randn(3, 4, requires_grad=True)
 

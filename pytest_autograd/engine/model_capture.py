@@ -25,11 +25,13 @@ weight, a RoPE table, a mask, anything under ``torch.no_grad()``) is checked
 as a constant.
 """
 
+import dataclasses
 import functools
 import os
 import sys
 import sysconfig
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -60,7 +62,7 @@ class ModelRaised(UsageProblem):
     """The model's forward raised: the model's own error, where it was raised, and the op it was inside."""
 
 
-@dataclass
+@dataclass(eq=False)
 class CapturedCall:
     """One top-level call of a custom op: the op, detached copies of its arguments, and where it was called."""
 
@@ -73,6 +75,12 @@ class CapturedCall:
     module: Optional[str] = None  # qualified name of the nn.Module whose forward was running, if known
     phase: str = "forward"
     outputs: list = field(default_factory=list, repr=False)  # a Function's outputs, until its call is resolved
+    signature: tuple = None  # what tells its calls apart (see signature_of); args is None for a repeat
+
+    @property
+    def kept(self):
+        """Whether this call's arguments were copied (repeats of a signature already kept are only counted)."""
+        return self.args is not None
 
 
 @dataclass
@@ -168,8 +176,7 @@ def call_site(skip=1):
 
 def _backward(outputs, recorder, seed):
     """Differentiate the outputs once (random cotangents), without touching any ``.grad``."""
-    flat = [t for out in outputs for t in pytree.tree_leaves(out)
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    flat = [t for t in tensors_in(outputs) if t.is_floating_point() and t.requires_grad]
     leaves = list(recorder.leaves.values())
     if not flat or not leaves:
         return "none"
@@ -187,6 +194,23 @@ def _backward(outputs, recorder, seed):
         first = (str(error).strip().splitlines() or ["(no message)"])[0]
         return f"{type(error).__name__}: {first[:200]}" + (f" at {where}" if where else "")
     return "ran"
+
+
+def tensors_in(value, depth=0):
+    """The tensors in a model's output: nested tuples, lists, dicts (a ``ModelOutput``) and dataclasses."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth > 16:
+        return []
+    if isinstance(value, Mapping):
+        items = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
+    else:
+        return []
+    return [tensor for item in items for tensor in tensors_in(item, depth + 1)]
 
 
 def _backward_keeping_grads(outputs, cotangents, known_leaves):
@@ -223,6 +247,7 @@ class _Recorder:
     def __init__(self, model):
         self.calls = []
         self.pending = []  # Function calls whose outputs are not wrapped by autograd yet
+        self.copied = set()  # (op key, signature, grad slots) whose arguments a recorded call holds
         self.depth = 0  # > 0 while a recorded op runs: calls inside it are its implementation
         self.phase = "forward"
         self.leaves = {}  # id -> leaf tensor requiring grad, seen as a model input or an op argument
@@ -282,10 +307,16 @@ class _Recorder:
         return self.depth == 0
 
     def record(self, op, key, args, kwargs, grad_enabled, pending):
+        """Record one call (None when it is not the model's own: a backward's ops).
+
+        A Function's call is pending until autograd has wrapped its outputs
+        (whether the call was differentiable shows only then); an operator's
+        is decided at once. Arguments are copied only for the first call of
+        each signature and requires_grad pattern.
+        """
         self.resolve()
-        with torch.no_grad():
-            copies_args = tuple(_copy(value) for value in args)
-            copies_kwargs = {name: _copy(value) for name, value in kwargs.items()}
+        if not pending and self.phase == "backward" and not grad_enabled:
+            return None
         slots = set()
         for slot, value in list(enumerate(args)) + list(kwargs.items()):
             if isinstance(value, torch.Tensor):
@@ -294,12 +325,18 @@ class _Recorder:
                     slots.add(slot)
                     if value.grad_fn is None:
                         self.leaves.setdefault(id(value), value)
+        slots = frozenset(slots if grad_enabled else ())
+        signature = signature_of(args, kwargs)
         module = next((name for name in reversed(self.modules) if name is not None), None)
-        call = CapturedCall(op, key, copies_args, copies_kwargs, frozenset(slots if grad_enabled else ()),
-                            call_site(3), module or None, self.phase)
+        call = CapturedCall(op, key, None, None, slots, call_site(), module or None, self.phase, signature=signature)
+        if pending or (key, signature, slots) not in self.copied:
+            with torch.no_grad():
+                call.args = tuple(_copy(value) for value in args)
+                call.kwargs = {name: _copy(value) for name, value in kwargs.items()}
         if pending:
             self.pending.append(call)
-        elif self.phase == "forward" or grad_enabled:
+        else:
+            self.copied.add((key, signature, slots))
             self.calls.append(call)
         return call
 
@@ -312,8 +349,33 @@ class _Recorder:
                 call.grad_slots = frozenset()
                 if call.phase == "backward":  # a backward's own Function calls: part of that backward
                     continue
+            identity = (call.key, call.signature, call.grad_slots)
+            if identity in self.copied:
+                call.args = call.kwargs = None  # a repeat: counted, its copies dropped
+            self.copied.add(identity)
             self.calls.append(call)
         self.pending = []
+
+    def drop(self, call):
+        self.pending = [c for c in self.pending if c is not call]
+
+
+def signature_of(args, kwargs):
+    """What changes an op's behaviour between calls: each tensor's shape, dtype and device, other values."""
+    return tuple((slot, _value_key(value)) for slot, value in list(enumerate(args)) + list(kwargs.items()))
+
+
+def _value_key(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), str(value.dtype), str(value.device))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_value_key(v) for v in value))
+    return ("value", short_value(value))
+
+
+def short_value(value, limit=24):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _copy(value):
@@ -419,7 +481,7 @@ def _recording_forward(cls, forward, recorder):
             result = forward(*args, **kwargs)
         except BaseException as error:
             _mark_inside(error, f"{_describe(cls)} called at {call.site}")
-            recorder.pending.remove(call)
+            recorder.drop(call)
             raise
         finally:
             recorder.depth -= 1
@@ -494,6 +556,8 @@ class _CustomOpMode(TorchFunctionMode):
         if key is None:
             return func(*args, **kwargs)
         call = self.recorder.record(func, key, args, kwargs, grad_enabled=torch.is_grad_enabled(), pending=False)
+        if call is None:
+            return func(*args, **kwargs)
         self.recorder.depth += 1
         try:
             return func(*args, **kwargs)

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 import torch
 
 from pytest_autograd.engine.case import argument_names
+from pytest_autograd.engine.model_capture import short_value
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import dtype_label
 from pytest_autograd.results.naming import display_name
-
-MAX_VALUE_TEXT = 24
 
 
 @dataclass(eq=False)
@@ -50,7 +49,7 @@ class Signature:
                 device = "" if value.device.type == "cpu" else f" {value.device}"
                 parts.append(f"{name}{list(value.shape)} {dtype_label(value.dtype)}{device}{constant}")
             else:
-                parts.append(f"{name}={_short(value)}")
+                parts.append(f"{name}={short_value(value)}")
         return ", ".join(parts)
 
 
@@ -105,13 +104,12 @@ def group_calls(calls):
             scanned.sites.append(call.site)
         if call.module and call.module not in scanned.modules:
             scanned.modules.append(call.module)
-        key = signature_key(call)
-        found = next((s for s in scanned.signatures if s.key == key), None)
+        found = next((s for s in scanned.signatures if s.key == call.signature), None)
         if found is None:
-            scanned.signatures.append(Signature(key, call))
+            scanned.signatures.append(Signature(call.signature, call))
             continue
         found.calls += 1
-        if len(call.grad_slots) > len(found.call.grad_slots):
+        if call.kept and len(call.grad_slots) > len(found.call.grad_slots):
             found.call = call
     _disambiguate([op for op in ops.values()])
     return list(ops.values())
@@ -128,25 +126,8 @@ def _disambiguate(ops):
                 op.name = op.key
 
 
-def signature_key(call):
-    return tuple((slot, _value_key(value)) for slot, value in _slots(call))
-
-
 def _slots(call):
     return list(enumerate(call.args)) + list(call.kwargs.items())
-
-
-def _value_key(value):
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), str(value.dtype), str(value.device))
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_value_key(v) for v in value))
-    return ("value", _short(value))
-
-
-def _short(value):
-    text = repr(value)
-    return text if len(text) <= MAX_VALUE_TEXT else text[: MAX_VALUE_TEXT - 3] + "..."
 
 
 # ---------------------------------------------------------------------------
