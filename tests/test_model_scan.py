@@ -538,6 +538,28 @@ def test_each_check_is_an_item_and_xfail_and_skip_apply_per_check(pytester, run_
     ])
 
 
+def test_the_json_record_of_a_failing_model_item_names_the_wrong_op(pytester, run_pytest):
+    import json
+
+    run(pytester, run_pytest, """
+        import pytest, torch
+        from reference_ops.buggy import LinearWeightGradTransposed
+
+        def model(x, w):
+            return LinearWeightGradTransposed.apply(x, w)
+
+        @pytest.mark.autograd_model(checks=["gradcheck"])
+        def test_model():
+            return model, (torch.randn(3, 4), torch.randn(5, 4, requires_grad=True))
+    """, "--autograd-json=record.json")
+    (record,) = json.loads((pytester.path / "record.json").read_text())["records"]
+    assert record["outcome"] == "failed" and record["check"] == "gradcheck"
+    assert record["failure"]["summary"] == ("`LinearWeightGradTransposed` at test_the_json_record_of_a_failing_model_"
+                                            "item_names_the_wrong_op.py:5: gradient of output w.r.t. `weight` does "
+                                            "not match the numerical derivative")
+    assert record["failure"]["argument"] == "weight"
+
+
 def test_the_engine_scan_runs_without_pytest(tmp_path):
     import subprocess
     import sys

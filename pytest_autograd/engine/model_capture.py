@@ -134,8 +134,8 @@ def model_error_message(model, error):
     if where:
         message += f"\n  at {where}"
     return (f"{message}\n  The scan checks the custom ops a forward pass runs, so the model must run on the "
-            f"inputs the test returns: {display_name(model)} raised before the scan could record its ops. "
-            "Fix the model or its inputs (run it once outside the test to see the whole traceback).")
+            f"inputs it is given: {display_name(model)} raised before the scan could record its ops. "
+            "Fix the model or its inputs (run it once outside the scan to see the whole traceback).")
 
 
 def user_frame(tb):

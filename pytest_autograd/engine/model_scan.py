@@ -60,8 +60,8 @@ def model_and_calls(returned, where="autograd_model"):
         raise UsageProblem(f"{where}: the test body returned {got}; return {shape}.")
     model, args = returned
     if not callable(model):
-        raise UsageProblem(f"{where}: the model the test body returned is a {type(model).__name__}, which "
-                           f"cannot be called; return {shape}.")
+        raise UsageProblem(f"{where}: the model is a {type(model).__name__}, which cannot be called; give an "
+                           f"nn.Module or a function on tensors: {shape}.")
     if isinstance(args, (tuple, Sample, torch.Tensor)):
         items = [args]
     elif isinstance(args, list) and args and all(isinstance(a, (tuple, Sample)) for a in args):

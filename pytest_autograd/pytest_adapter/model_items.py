@@ -5,6 +5,8 @@ correct ops and the skipped ones, so one wrong op never hides the others'
 verdicts. A passing item shows each op's verdict in its report section.
 """
 
+import dataclasses
+
 import pytest
 
 from pytest_autograd.engine.devices import device_problem
@@ -70,14 +72,17 @@ def _scan(item, spec, settings, registry, seed):
 def _report(item, spec, result, rerun, seed):
     label = f"{spec.check}-{spec.device}"
     if result.wrong:
-        failure = next(o.report for v in result.wrong for o in v.outcomes if o.status == "failed")
         for verdict in result.wrong:
             for outcome in verdict.outcomes:
                 if outcome.report is not None:
                     attach_picture(outcome.report, item.config, item.nodeid)
-        failure.nodeid, failure.rerun = item.nodeid, rerun
+        first = result.wrong[0]
+        failure = next(o.report for o in first.outcomes if o.status == "failed")
         failed = pytest.fail.Exception(f"{label}: {result.render(brief=True)}\n  rerun: {rerun}", pytrace=False)
-        failed.autograd_report = failure  # the first wrong op's structured report, for the JSON record
+        # the first wrong op's structured report, for the JSON record, its summary naming the op
+        failed.autograd_report = dataclasses.replace(
+            failure, summary=f"`{first.name}` at {first.scanned.site}: {failure.summary}", nodeid=item.nodeid,
+            rerun=rerun)
         raise failed
     if not result.passed:
         reasons = "; ".join(f"`{v.name}`: {v.skip_reason()}" for v in result.skipped)
