@@ -368,6 +368,49 @@ def test_a_backward_that_raises_is_noted_and_the_op_is_named_by_its_own_check():
     assert "the op's backward raised RuntimeError" in result.wrong[0].outcomes[0].detail
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_kernels_that_compute_in_float32_with_a_kernel_backward_pass_every_default_check(dtype):
+    from reference_ops.fused import FusedBlock
+
+    block = FusedBlock().to(dtype)
+    result = autograd_scan(block, torch.randn(2, 3, 8, dtype=dtype, requires_grad=True))
+    assert [v.name for v in result.passed] == ["FusedRMSNorm", "FusedSwiGLU"], result.render()
+    norm = result.passed[0]
+    assert any("its float64 outputs are all exactly float32 numbers: it computes in float32" in note
+               for note in norm.checked[0].notes), norm.render()
+    (second,) = [o for o in norm.outcomes if o.check == "gradgradcheck"]
+    assert second.status == "skipped"
+    assert "its backward returns gradients with no graph behind them (a kernel, or detached tensors)" in second.detail
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_wrong_fused_kernel_still_fails_when_judged_in_float32(dtype):
+    from reference_ops.fused import FusedBlock, FusedRMSNormNoRstdTerm
+
+    block = FusedBlock(norm=FusedRMSNormNoRstdTerm).to(dtype)
+    result = autograd_scan(block, torch.randn(2, 3, 8, dtype=dtype, requires_grad=True), checks=["gradcheck"])
+    assert [v.name for v in result.wrong] == ["FusedRMSNormNoRstdTerm"], result.render()
+    assert "does not match the numerical derivative in float32" in result.wrong[0].outcomes[0].detail
+
+
+def test_a_differentiable_backward_with_a_wrong_second_derivative_still_fails_gradgradcheck():
+    class SquareSavesDetachedTwice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward((2 * x).detach())  # a graph-free intermediate: d(backward)/dx is lost
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (twice,) = ctx.saved_tensors
+            return grad * twice
+
+    result = autograd_scan(SquareSavesDetachedTwice.apply, torch.randn(3, 4, dtype=torch.float64, requires_grad=True),
+                           checks=["gradcheck", "gradgradcheck"])
+    assert [(o.check, o.status) for o in result.verdicts[0].outcomes] == [("gradcheck", "passed"),
+                                                                         ("gradgradcheck", "failed")]
+
+
 # ---------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------

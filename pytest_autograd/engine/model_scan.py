@@ -304,13 +304,21 @@ def _run(scanned, signature, checks, devices, seed, registry, run_options, expli
     if extra is not None:
         constants += [extra] if isinstance(extra, (str, int)) else list(extra)
     names = checks if explicit else [n for n in checks if getattr(registry.get(n), "default", True)]
+    sample = Sample(*call.args, **call.kwargs)
+    if options.get("dtypes") is None:
+        options.update(_float32_kernel_options(scanned, sample, call.grad_slots, seed))
+    no_second = None
+    if options.get("double_backward") is None and "gradgradcheck" in names:
+        no_second = _backward_kernel_reason(scanned, sample, call.grad_slots, seed)
+        if no_second:
+            options["double_backward"] = False
     captured = _device_of(call)
     elsewhere = [d for d in devices if captured.split(":")[0] not in ("cpu", d.split(":")[0])]
     devices = [d for d in devices if d not in elsewhere]
     outcomes = []
     if names and devices:
         outcomes = run_checks(scanned.op, checks=names, devices=devices, seed=seed, registry=registry,
-                              samples=Sample(*call.args, **call.kwargs), run_options=run_options,
+                              samples=sample, run_options=run_options,
                               constants=constants or None, **options)
     opt_in = [n for n in checks if n not in names]
     outcomes += [Outcome(n, d, "skipped", "opt-in check: name it in checks= to run it") for n in opt_in for d in devices]
@@ -318,8 +326,39 @@ def _run(scanned, signature, checks, devices, seed, registry, run_options, expli
                                           f"one device may not run on another; build the model on the "
                                           f"`autograd_device` fixture's device to check it on each")
                  for n in checks for d in elsewhere]
+    if no_second:
+        outcomes = [Outcome(o.check, o.device, o.status, f"`{scanned.name}`: {no_second}; the model takes first "
+                            "derivatives through it (double_backward=True in op_options= checks it anyway)")
+                    if o.check == "gradgradcheck" and o.status == "skipped" else o for o in outcomes]
     order = {name: k for k, name in enumerate(checks)}
     return sorted(outcomes, key=lambda o: order.get(o.check, 0))
+
+
+def _float32_kernel_options(scanned, sample, differentiated, seed):
+    """``dtypes=`` for an op the model calls below float64 that computes in float32 (see model_probes); else {}."""
+    import torch
+
+    from pytest_autograd.engine.model_probes import first_floating_dtype, float32_compute_reason, judged_dtypes
+
+    captured = first_floating_dtype(sample)
+    if captured not in (torch.float32, torch.float16, torch.bfloat16):
+        return {}
+    reason = float32_compute_reason(scanned.op, sample, differentiated, seed)
+    if reason is None:
+        return {}
+    label = str(captured).replace("torch.", "")
+    notes.note(f"`{scanned.name}`: {reason} for float64 inputs, and the model calls it in {label}: judged in "
+               "float32, the most precise dtype it computes in (give op_options={..: {'dtypes': ...}} to choose)")
+    return {"dtypes": judged_dtypes(captured)}
+
+
+def _backward_kernel_reason(scanned, sample, differentiated, seed):
+    from pytest_autograd.engine.case import is_once_differentiable
+    from pytest_autograd.engine.model_probes import backward_kernel_reason
+
+    if isinstance(scanned.op, type) and is_once_differentiable(scanned.op):
+        return None  # declared: gradgradcheck says so itself
+    return backward_kernel_reason(scanned.op, sample, differentiated, seed)
 
 
 def _per_op_options(scanned, op_options):
