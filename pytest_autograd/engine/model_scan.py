@@ -298,30 +298,20 @@ def check_ops(scanned_ops, checks, devices=None, seed=0, registry=None, run_opti
 
 
 def _run(scanned, signature, checks, devices, seed, registry, run_options, explicit, options):
+    """The outcomes of ``checks`` on one signature of one op, in ``checks``' order."""
     call = signature.call
-    constants = list(signature.constant_slots())
-    extra = options.pop("constants", None)
-    if extra is not None:
-        constants += [extra] if isinstance(extra, (str, int)) else list(extra)
-    names = checks if explicit else [n for n in checks if getattr(registry.get(n), "default", True)]
     sample = Sample(*call.args, **call.kwargs)
-    if options.get("dtypes") is None:
-        options.update(_float32_kernel_options(scanned, sample, call.grad_slots, seed))
-    no_second = None
-    if options.get("double_backward") is None and "gradgradcheck" in names:
-        no_second = _backward_kernel_reason(scanned, sample, call.grad_slots, seed)
-        if no_second:
-            options["double_backward"] = False
+    names = checks if explicit else [n for n in checks if getattr(registry.get(n), "default", True)]
+    options, no_second = _options_for(scanned, signature, sample, names, seed, options)
     captured = _device_of(call)
     elsewhere = [d for d in devices if captured.split(":")[0] not in ("cpu", d.split(":")[0])]
     devices = [d for d in devices if d not in elsewhere]
     outcomes = []
     if names and devices:
         outcomes = run_checks(scanned.op, checks=names, devices=devices, seed=seed, registry=registry,
-                              samples=sample, run_options=run_options,
-                              constants=constants or None, **options)
-    opt_in = [n for n in checks if n not in names]
-    outcomes += [Outcome(n, d, "skipped", "opt-in check: name it in checks= to run it") for n in opt_in for d in devices]
+                              samples=sample, run_options=run_options, **options)
+    outcomes += [Outcome(n, d, "skipped", "opt-in check: name it in checks= to run it")
+                 for n in checks if n not in names for d in devices]
     outcomes += [Outcome(n, d, "skipped", f"the model ran this op on {captured}, not on {d}: a kernel written for "
                                           f"one device may not run on another; build the model on the "
                                           f"`autograd_device` fixture's device to check it on each")
@@ -332,6 +322,29 @@ def _run(scanned, signature, checks, devices, seed, registry, run_options, expli
                     if o.check == "gradgradcheck" and o.status == "skipped" else o for o in outcomes]
     order = {name: k for k, name in enumerate(checks)}
     return sorted(outcomes, key=lambda o: order.get(o.check, 0))
+
+
+def _options_for(scanned, signature, sample, names, seed, options):
+    """(the checks' options for this signature, why it has no second derivative or None).
+
+    Arguments that did not require grad join ``constants=``; ``dtypes=`` and
+    ``double_backward=`` come from the probes (model_probes) unless given.
+    """
+    options = dict(options)
+    constants = list(signature.constant_slots())
+    extra = options.pop("constants", None)
+    if extra is not None:
+        constants += [extra] if isinstance(extra, (str, int)) else list(extra)
+    options["constants"] = constants or None
+    differentiated = signature.call.grad_slots
+    if options.get("dtypes") is None:
+        options.update(_float32_kernel_options(scanned, sample, differentiated, seed))
+    no_second = None
+    if options.get("double_backward") is None and "gradgradcheck" in names:
+        no_second = _backward_kernel_reason(scanned, sample, differentiated, seed)
+        if no_second:
+            options["double_backward"] = False
+    return options, no_second
 
 
 def _float32_kernel_options(scanned, sample, differentiated, seed):
