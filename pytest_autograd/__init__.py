@@ -17,6 +17,8 @@ __all__ = [
     "CheckFailure",
     "Report",
     "run_checks",
+    "autograd_scan",
+    "ScanResult",
 ]
 
 _LAZY = {
@@ -26,6 +28,8 @@ _LAZY = {
     "Report": "pytest_autograd.results.report",
     "Outcome": "pytest_autograd.engine.api",
     "run_checks": "pytest_autograd.engine.api",
+    "autograd_scan": "pytest_autograd.engine.model_scan",
+    "ScanResult": "pytest_autograd.engine.model_scan",
 }
 
 

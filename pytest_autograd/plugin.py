@@ -7,6 +7,7 @@ module only names them for pytest. Importing it imports no torch.
 from pytest_autograd.pytest_adapter.hooks import (  # noqa: F401 - pytest finds hooks and fixtures by name
     autograd_check,
     autograd_device,
+    autograd_scan,
     pytest_addhooks,
     pytest_addoption,
     pytest_collection_finish,

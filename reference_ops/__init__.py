@@ -8,6 +8,10 @@
 * :mod:`reference_ops.state` -- ops with state across calls, correct and buggy.
 * :mod:`reference_ops.modules` -- ``nn.Module`` ops (a correct one and its buggy twin).
 * :mod:`reference_ops.complex_ops` -- complex-valued Functions (a correct one and its buggy twin).
+* :mod:`reference_ops.fused` -- ops written like fused training kernels (float32 compute, a backward
+  with no graph), their planted-bug twin, and a block built from them.
+* :mod:`reference_ops.model` -- a small transformer built from the ops above, for the model scan
+  (with a planted bug behind a flag).
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -38,7 +42,9 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules", "normalization", "state", "triton_ops"})
+_LAZY_SUBMODULES = frozenset(
+    {"buggy", "complex_ops", "extension", "fused", "model", "modules", "normalization", "state", "triton_ops"}
+)
 
 __all__ = ["functions", *_functions_all]
 

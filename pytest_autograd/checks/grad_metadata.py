@@ -23,6 +23,7 @@ from pytest_autograd.checks._hygiene import HygieneWarning, call_with, function_
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
     OpRaised,
+    constants_only_reason,
     grads_of,
     has_floating_input,
     random_cotangents,
@@ -43,7 +44,7 @@ class GradMetadata(Check):
     def applies(self, case, device):
         if not has_floating_input(case):
             return "no floating-point tensor argument to differentiate"
-        return None
+        return constants_only_reason(case)
 
     def run(self, context):
         warned = set()

@@ -25,7 +25,7 @@ from pytest_autograd.checks._surrogate import (
     surrogate_reason,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.engine.execution import has_floating_input, output_label
+from pytest_autograd.engine.execution import constants_only_reason, has_floating_input, output_label
 
 
 class GradCheck(Check):
@@ -36,7 +36,7 @@ class GradCheck(Check):
     def applies(self, case, device):
         if not has_floating_input(case):
             return "no floating-point tensor argument to differentiate"
-        return surrogate_reason(case, self.name)
+        return constants_only_reason(case) or surrogate_reason(case, self.name)
 
     def run(self, context):
         notes = KinkNotes()

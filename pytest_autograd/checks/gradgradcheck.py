@@ -32,6 +32,7 @@ from pytest_autograd.engine.backward_only import (
 from pytest_autograd.engine.case import is_once_differentiable
 from pytest_autograd.engine.execution import (
     OpRaised,
+    constants_only_reason,
     differentiable_indices,
     has_floating_input,
     output_label,
@@ -61,7 +62,7 @@ class GradGradCheck(Check):
             return "the op's backward is @once_differentiable: its author declared no second derivative"
         if not has_floating_input(case):
             return "no floating-point tensor argument to differentiate"
-        return None
+        return constants_only_reason(case)
 
     def run(self, context):
         notes = KinkNotes()

@@ -12,7 +12,7 @@ It returns one :class:`Outcome` per check and device, and raises only
 call (an unknown check, option or device, samples that are not tensors).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine import notes
@@ -48,6 +48,7 @@ class Outcome:
     device: str
     status: str
     detail: str = ""
+    report: object = field(default=None, repr=False, compare=False)  # a failure's Report (results.report)
 
     def __str__(self):
         first = self.detail.splitlines()[0] if self.detail else ""
@@ -106,7 +107,7 @@ def _one(check, name, case, device, problem, seed, explicit):
     if reason:
         return Outcome(name, device, "skipped", reason)
     context = CheckContext(name, case, device, item_seed(seed, f"{name}-{device}"))
-    notes.take()  # notes left by an earlier check are not this one's
+    first_note = notes.count()  # notes made before this check are not this one's
     try:
         failure = run_check(check, context, reseed=True)
     except CheckSkipped as skipped:
@@ -117,5 +118,5 @@ def _one(check, name, case, device, problem, seed, explicit):
             raise
         return Outcome(name, device, "skipped", reason)
     if failure is None:
-        return Outcome(name, device, "passed", "; ".join(dict.fromkeys(context.notes + notes.take())))
-    return Outcome(name, device, "failed", failure.report.render())
+        return Outcome(name, device, "passed", "; ".join(dict.fromkeys(context.notes + notes.since(first_note))))
+    return Outcome(name, device, "failed", failure.report.render(), failure.report)

@@ -40,6 +40,16 @@ def has_floating_input(case):
     return any(floating_tensors(sample) for sample in case.samples)
 
 
+def constants_only_reason(case):
+    """Why no derivative can be checked when ``constants=`` names every differentiable argument; else None."""
+    for sample in case.samples:
+        differentiable = {id(value) for value in floating_tensors(sample)}
+        slots = list(enumerate(sample.args)) + list(sample.kwargs.items())
+        if any(slot not in case.constant_slots for slot, value in slots if id(value) in differentiable):
+            return None
+    return "every floating-point argument is a constants= argument: there is no derivative to check"
+
+
 def differentiable_indices(outputs):
     """Positions of the outputs that carry a gradient: floating and attached to the graph."""
     return [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]

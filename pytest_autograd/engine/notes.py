@@ -26,6 +26,16 @@ def pending():
     return list(dict.fromkeys(_pending))
 
 
+def count():
+    """How many notes were made so far: pass it to :func:`since` to read the notes made after this point."""
+    return len(_pending)
+
+
+def since(position):
+    """The notes made after ``count()`` returned ``position``, oldest first, without forgetting them."""
+    return list(dict.fromkeys(_pending[position:]))
+
+
 def take():
     """The notes made since the last call, oldest first (and forget them)."""
     taken = pending()

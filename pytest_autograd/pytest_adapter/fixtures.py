@@ -63,6 +63,50 @@ def fixture_runner(request):
     return autograd_check
 
 
+def scan_fixture_runner(request):
+    from pytest_autograd.engine.model_scan import (  # imports torch: only when a test asks for the fixture
+        NothingToCheck,
+        autograd_scan,
+    )
+
+    settings = request.config.stash[SETTINGS]
+    registry = request.config.stash[REGISTRY].visible_from(request.node.path)
+
+    def scan(model, *inputs, checks=None, **options):
+        problem = None
+        try:
+            result = autograd_scan(model, *inputs, checks=checks or settings.checks, registry=registry,
+                                   seed=item_seed(settings.seed, request.node.nodeid),
+                                   run_options=RunOptions(seconds=item_seconds(request.config),
+                                                          devices=tuple(settings.devices)), **options)
+        except UsageProblem as raised:
+            problem = str(raised)
+        except NothingToCheck as nothing:
+            skip_here(nothing.reason)
+        if problem is not None:
+            pytest.fail(problem if problem.startswith("autograd_scan:") else f"autograd_scan: {problem}", pytrace=False)
+        if result.wrong:
+            rerun = pytest_command(request.config, request.node.nodeid, f"--autograd-seed={settings.seed}")
+            pytest.fail(f"autograd_scan: {result.render(brief=True)}\n  rerun: {rerun}", pytrace=False)
+        if not result.passed:
+            skip_here(f"autograd_scan: every check was skipped on every op, so nothing was checked:\n{result.render()}")
+        return result
+
+    return scan
+
+
+@pytest.fixture
+def autograd_scan(request):
+    """``autograd_scan(model, *inputs, calls=None, ops=None, skip_ops=None, checks=None, devices=None, **options)``.
+
+    Runs the model once (and a backward), then the checks on every custom
+    autograd Function and custom op it called, on the arguments they got.
+    Fails the test listing every wrong op; returns the ScanResult (its
+    ``verdicts``, ``wrong``, ``passed``). Devices default to where each op ran.
+    """
+    return scan_fixture_runner(request)
+
+
 @pytest.fixture
 def autograd_device(request):
     """The device of the current item (``cpu``, ``cuda``, ...); the first configured one elsewhere."""

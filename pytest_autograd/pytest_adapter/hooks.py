@@ -15,14 +15,20 @@ from pytest_autograd.engine.devices import devices_option
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.engine.registry import CheckRegistry
 from pytest_autograd.pytest_adapter import builtin_checks, hookspecs, timeout, xfail
-from pytest_autograd.pytest_adapter.fixtures import autograd_check, autograd_device  # noqa: F401 (fixtures)
+from pytest_autograd.pytest_adapter.fixtures import (  # noqa: F401 (fixtures)
+    autograd_check,
+    autograd_device,
+    autograd_scan,
+)
 from pytest_autograd.pytest_adapter.keys import (
     ITEM_ARG,
     MARKER,
+    MODEL_MARKER,
     REGISTRY,
     SETTINGS,
     TALLY,
     ItemSpec,
+    ModelItemSpec,
     item_spec,
 )
 from pytest_autograd.pytest_adapter.marker import (
@@ -32,6 +38,7 @@ from pytest_autograd.pytest_adapter.marker import (
     validate_marker,
 )
 from pytest_autograd.pytest_adapter.marker_misuse import misuse_problem
+from pytest_autograd.pytest_adapter.model_marker import validate_model_marker
 from pytest_autograd.pytest_adapter.settings import (
     WORKER_INPUT_KEY,
     Settings,
@@ -57,6 +64,12 @@ def pytest_configure(config):
         "markers",
         f"{MARKER}(op=..., reference=None, checks=None, skip=None, devices=None, double_backward=True, "
         "atol=None, rtol=None, constants=None, xfail=None): run pytest-autograd's checks on op; the test body returns the samples.",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{MODEL_MARKER}(ops=None, skip_ops=None, checks=None, skip=None, devices=None, xfail=None, max_signatures=4, "
+        "op_options=None, ...): run the model the test body returns (`return model, (x,)`) and pytest-autograd's "
+        "checks on every custom autograd Function and custom op it calls.",
     )
     settings = Settings.from_config(config)
     settings.validate_devices_exist()
@@ -155,26 +168,30 @@ def pytest_xdist_node_collection_finished(node, ids):
 
 def pytest_generate_tests(metafunc):
     marks = list(metafunc.definition.iter_markers(MARKER))
-    if not marks:
+    model_marks = list(metafunc.definition.iter_markers(MODEL_MARKER))
+    if not marks and not model_marks:
         return
     config = metafunc.config
     settings, registry = config.stash[SETTINGS], config.stash[REGISTRY]
     where = metafunc.definition.nodeid
     known_checks = registry.names_for(metafunc.definition.path)
-    labels = _marker_labels(marks)
+    labels = [""] if model_marks else _marker_labels(marks)
     params = []
-    for index, mark in enumerate(marks):
+    for index, mark in enumerate(model_marks[:1] or marks):
         try:
             selected = _selected_checks(settings, registry, mark, known_checks)
             refuse_checks_out_of_scope(registry, mark, known_checks, where)
-            validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
+            if model_marks:
+                validate_model_marker(model_marks, marks, _all_options(registry), known_checks, where)
+            else:
+                validate_marker(mark, _known_options(registry, mark, selected), known_checks, where)
             reasons = xfail.xfail_reasons(mark.kwargs.get(xfail.OPTION), known_checks, where)
             devices = _marker_devices(mark, settings, where)
         except (UsageProblem, pytest.UsageError) as problem:
             raise pytest.Collector.CollectError(str(problem)) from None
         for name, explicit in selected:
             for device in devices:
-                spec = ItemSpec(name, device, explicit, index)
+                spec = (ModelItemSpec if model_marks else ItemSpec)(name, device, explicit, index)
                 item_id = f"{labels[index]}-{spec}" if labels[index] else str(spec)
                 params.append(xfail.item_param(spec, item_id, reasons))
     metafunc.fixturenames.append(ITEM_ARG)
@@ -235,6 +252,14 @@ def _known_options(registry, mark, selected):
     return known
 
 
+def _all_options(registry):
+    """Every option a check understands (a model's ops may be given any of them in op_options=)."""
+    known = dict(CORE_OPTIONS)
+    for check in registry.checks():
+        known.update(getattr(check, "options", {}) or {})
+    return known
+
+
 def _selected_checks(settings, registry, mark, known_checks):
     """(name, explicitly selected) for each check this marked test runs."""
     wanted = mark.kwargs.get("checks")
@@ -258,9 +283,14 @@ def pytest_pyfunc_call(pyfuncitem):
     spec = item_spec(pyfuncitem)
     if spec is None:
         return None
+    config = pyfuncitem.config
+    if isinstance(spec, ModelItemSpec):
+        from pytest_autograd.pytest_adapter.model_items import run_model_item
+
+        run_model_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
+        return True
     from pytest_autograd.pytest_adapter.items import run_item
 
-    config = pyfuncitem.config
     run_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
     return True
 
@@ -273,8 +303,9 @@ def pytest_itemcollected(item):
         return
     item.user_properties.append(("autograd", f"{spec.check}|{spec.device}"))
     marks = list(item.iter_markers(MARKER))
-    mark = marks[spec.marker] if spec.marker < len(marks) else marks[0]
-    item.user_properties.append(("autograd_op", op_display_name(mark.kwargs.get("op"))))
+    if marks:  # an autograd_model item names its ops only once they ran
+        mark = marks[spec.marker] if spec.marker < len(marks) else marks[0]
+        item.user_properties.append(("autograd_op", op_display_name(mark.kwargs.get("op"))))
     group_with_its_test(item, spec)
 
 

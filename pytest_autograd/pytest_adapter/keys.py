@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 MARKER = "autograd_op"
+MODEL_MARKER = "autograd_model"
 ITEM_ARG = "_autograd_item"
 SETTINGS = pytest.StashKey()
 REGISTRY = pytest.StashKey()
@@ -23,6 +24,11 @@ class ItemSpec:
 
     def __str__(self):
         return f"{self.check}-{self.device}"
+
+
+@dataclass(frozen=True)
+class ModelItemSpec(ItemSpec):
+    """An item of an ``autograd_model`` test: one check on every custom op the model runs, on one device."""
 
 
 def item_spec(item):

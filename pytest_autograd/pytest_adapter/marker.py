@@ -43,8 +43,17 @@ def validate_marker(mark, known_options, known_checks, where):
     reference = mark.kwargs.get("reference")
     if reference is not None and not callable(reference):
         raise UsageProblem(f"{where}: reference={reference!r} is not callable; pass a function with the op's signature.")
+    validate_check_names(mark.kwargs, known_checks, where)
+    double_backward = mark.kwargs.get("double_backward", True)
+    if not isinstance(double_backward, bool):
+        raise UsageProblem(f"{where}: double_backward= must be True or False, got {double_backward!r}.")
+    validate_tolerances(mark.kwargs, where)
+
+
+def validate_check_names(kwargs, known_checks, where):
+    """``checks=`` and ``skip=`` name known checks; raise UsageProblem naming the closest ones."""
     for option in ("checks", "skip"):
-        names = mark.kwargs.get(option)
+        names = kwargs.get(option)
         if names is None:
             continue
         names = [names] if isinstance(names, str) else list(names)
@@ -55,10 +64,6 @@ def validate_marker(mark, known_options, known_checks, where):
                 f"{did_you_mean(bad, known_checks)}; "
                 f"known checks are: {', '.join(known_checks)}."
             )
-    double_backward = mark.kwargs.get("double_backward", True)
-    if not isinstance(double_backward, bool):
-        raise UsageProblem(f"{where}: double_backward= must be True or False, got {double_backward!r}.")
-    validate_tolerances(mark.kwargs, where)
 
 
 POSITIONAL_OP = re.compile(r"^[ \t]*@[\w.]*autograd_op\(\s*([A-Za-z_][\w.]*)\s*[,)]", re.MULTILINE)

@@ -4,9 +4,9 @@ A plugin loaded in every project of an environment must never stop a
 session over a marker: the project's own markers (``autograd``,
 ``autograd_slow``, ... registered in ``markers`` or with
 ``config.addinivalue_line``) are never an error. Only an unregistered name
-within two typos of ``autograd_op`` (or ``autograd...`` given ``op=``) is
-reported, as a failure of the tests that carry it when they run, so
-deselected tests (``-k``, ``-m``) never see it.
+within two typos of ``autograd_op`` (or ``autograd...`` given ``op=``) or of
+``autograd_model`` is reported, as a failure of the tests that carry it when
+they run, so deselected tests (``-k``, ``-m``) never see it.
 
 ``autograd_op`` attached where the plugin cannot expand it into items is
 refused the same way, naming the supported form: on a ``unittest.TestCase``
@@ -23,6 +23,7 @@ import pytest
 
 from pytest_autograd.pytest_adapter.keys import ITEM_ARG, MARKER
 
+MODEL_MARKER = "autograd_model"
 REGISTERED = pytest.StashKey()
 
 
@@ -51,6 +52,10 @@ def looks_like_autograd_op(mark):
     return name.startswith("autograd") and "op" in mark.kwargs
 
 
+def looks_like_autograd_model(mark):
+    return edit_distance(mark.name.lower(), MODEL_MARKER) <= 2
+
+
 RUN_CHECKS = "call pytest_autograd.run_checks(op, *args) inside the test and assert that no outcome failed"
 
 
@@ -58,6 +63,14 @@ def misuse_problem(item):
     """The message for a marker misuse on ``item``, or None."""
     if item.get_closest_marker(MARKER) is not None:
         return _unexpanded_marker_problem(item)
+    if item.get_closest_marker(MODEL_MARKER) is not None:
+        if _is_unittest_method(item):
+            return (f"{item.nodeid}: @pytest.mark.{MODEL_MARKER} does not work on a unittest.TestCase method: pytest "
+                    "runs it through unittest, which neither makes one item per check nor uses the model the test "
+                    "returns, so no op would be checked. Move the test to a plain function whose body returns "
+                    "`model, (x,)`, or call pytest_autograd.autograd_scan(model, x) inside the method and assert "
+                    "that its `wrong` list is empty.")
+        return None
     fixture = _marked_fixture(item)
     if fixture is not None:
         return (f"{item.nodeid}: @pytest.mark.{MARKER} is on the fixture {fixture!r}, where pytest ignores marks, so "
@@ -65,11 +78,15 @@ def misuse_problem(item):
                 f"samples (it may take the fixture as an argument), or {RUN_CHECKS}.")
     registered = registered_markers(item.config)
     for mark in item.iter_markers():
-        if mark.name == MARKER or mark.name in registered or not looks_like_autograd_op(mark):
+        if mark.name in (MARKER, MODEL_MARKER) or mark.name in registered:
             continue
+        meant = MARKER if looks_like_autograd_op(mark) else MODEL_MARKER if looks_like_autograd_model(mark) else None
+        if meant is None:
+            continue
+        what, form = ("the op is", "(op=...)") if meant == MARKER else ("the model's ops are", "")
         return (f"{item.nodeid}: @pytest.mark.{mark.name} is not a registered marker and looks like a typo of "
-                f"@pytest.mark.{MARKER}: as written, the op is never checked. Write "
-                f"@pytest.mark.{MARKER}(op=...), or, if {mark.name} is a marker of your own, register it under "
+                f"@pytest.mark.{meant}: as written, {what} never checked. Write "
+                f"@pytest.mark.{meant}{form}, or, if {mark.name} is a marker of your own, register it under "
                 "`markers` in your pytest configuration.")
     return None
 

@@ -1,0 +1,95 @@
+"""Running one item of an ``autograd_model`` test: the model once, then one check on every custom op it ran.
+
+The item fails listing every wrong op with its report, and names the
+correct ops and the skipped ones, so one wrong op never hides the others'
+verdicts. A passing item shows each op's verdict in its report section.
+"""
+
+import dataclasses
+
+import pytest
+
+from pytest_autograd.engine.devices import device_problem
+from pytest_autograd.engine.model_capture import capture_model
+from pytest_autograd.engine.model_options import SCAN_OPTIONS
+from pytest_autograd.engine.model_scan import (
+    NothingToCheck,
+    ScanResult,
+    check_ops,
+    model_and_calls,
+    scan_ops,
+)
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.engine.seeding import item_seed, seeded
+from pytest_autograd.pytest_adapter import root_cause
+from pytest_autograd.pytest_adapter.items import NOTES_SECTION, call_body, rerun_command, run_options
+from pytest_autograd.pytest_adapter.keys import MODEL_MARKER
+from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
+from pytest_autograd.pytest_adapter.skipping import skip_here
+
+NOT_CHECK_OPTIONS = ("checks", "skip", "devices", "xfail", *SCAN_OPTIONS)
+
+
+def run_model_item(item, spec, settings, registry):
+    problem = device_problem(spec.device)
+    if problem:
+        skip_here(problem)
+    check = registry.get(spec.check)
+    if not getattr(check, "default", True) and not spec.selected:
+        skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
+    seed = item_seed(settings.seed, item.nodeid)
+    with seeded(seed):
+        result, rerun = _scan(item, spec, settings, registry, seed)
+    _report(item, spec, result, rerun, seed)
+
+
+def _scan(item, spec, settings, registry, seed):
+    where = item.nodeid
+    options = dict(item.get_closest_marker(MODEL_MARKER).kwargs)
+    rerun = rerun_command(item, settings.seed, spec, registry.get(spec.check))
+    try:
+        model, calls = model_and_calls(call_body(item), where)
+        capture = capture_model(model, calls, seed=seed)
+        scanned, notes = scan_ops(capture, options.get("ops"), options.get("skip_ops"))
+        remember_for_record(item, seed, rerun)
+        verdicts = check_ops(
+            scanned, [spec.check], devices=[spec.device], seed=seed, registry=registry,
+            run_options=run_options(item.config), max_signatures=options.get("max_signatures", SCAN_OPTIONS[
+                "max_signatures"]), op_options=options.get("op_options"), explicit=True,
+            **{name: value for name, value in options.items() if name not in NOT_CHECK_OPTIONS})
+        problem = None
+    except UsageProblem as raised:
+        problem = str(raised)
+    except NothingToCheck as nothing:
+        skip_here(nothing.reason)
+    if problem is not None:
+        headline = problem.replace(f"{where}: ", "")
+        pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_usage_problem(problem, where), headline)
+        pytest.fail(pointer or problem, pytrace=False)
+    return ScanResult(verdicts, capture.backward, notes), rerun
+
+
+def _report(item, spec, result, rerun, seed):
+    label = f"{spec.check}-{spec.device}"
+    if result.wrong:
+        for verdict in result.wrong:
+            for outcome in verdict.outcomes:
+                if outcome.report is not None:
+                    attach_picture(outcome.report, item.config, item.nodeid)
+        first = result.wrong[0]
+        failure = next(o.report for o in first.outcomes if o.status == "failed")
+        failed = pytest.fail.Exception(f"{label}: {result.render(brief=True)}\n  rerun: {rerun}", pytrace=False)
+        # the first wrong op's structured report, for the JSON record, its summary naming the op
+        failed.autograd_report = dataclasses.replace(
+            failure, summary=f"`{first.name}` at {first.scanned.site}: {failure.summary}", nodeid=item.nodeid,
+            rerun=rerun)
+        raise failed
+    if not result.passed:
+        reasons = "; ".join(f"`{v.name}`: {v.skip_reason()}" for v in result.skipped)
+        skip_here(f"{spec.check} judged none of the model's {len(result.verdicts)} custom ops: {reasons}")
+    verdicts = [f"{label}: {result.summary()}"] + [v.line() for v in result.verdicts]
+    notes = [f"`{v.name}`: {o.detail}" for v in result.verdicts for o in v.outcomes if o.status == "passed" and o.detail]
+    notes += [f"`{v.name}`: {n}" for v in result.verdicts for c in v.checked for n in c.notes]
+    notes = list(dict.fromkeys(notes + result.all_notes()))
+    item.add_report_section("call", NOTES_SECTION, "\n".join(verdicts + [f"note: {n}" for n in notes]))
+    item.user_properties.extend(("autograd_note", text) for text in notes)  # the checks' own notes, in the summary
