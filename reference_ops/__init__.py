@@ -8,6 +8,9 @@
 * :mod:`reference_ops.state` -- ops with state across calls, correct and buggy.
 * :mod:`reference_ops.modules` -- ``nn.Module`` ops (a correct one and its buggy twin).
 * :mod:`reference_ops.complex_ops` -- complex-valued Functions (a correct one and its buggy twin).
+* :mod:`reference_ops.sizes` -- tiled kernels right at power-of-two sizes and wrong at others (a last-block
+  mask, a grid with floor division, a split boundary, a squeezed batch of one), with correct twins;
+  :mod:`reference_ops.sizes_triton` -- a Triton kernel missing its last program (needs triton).
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -38,7 +41,8 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules", "normalization", "state", "triton_ops"})
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules", "normalization", "sizes", "sizes_triton",
+                              "state", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

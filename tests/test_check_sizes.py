@@ -378,7 +378,8 @@ def test_a_size_that_an_integer_tensor_holds_as_a_value_is_kept_and_noted():
 
     outcome = sizes_outcome(segment_sums, [Sample(torch.randn(7, 4), torch.tensor([0, 3, 7]))])
     assert outcome.status == "passed", outcome.detail
-    assert ("sizes: dim 0 of `x` (size 7 in your sample) kept: `cu_seqlens` holds it as a value" in outcome.detail)
+    assert "sizes: dim 0 of `x` (size 7 in your sample) kept: `cu_seqlens` holds it as its largest value" \
+        in outcome.detail
 
 
 def test_a_float32_only_kernel_with_a_long_reduction_is_never_failed_for_rounding():
@@ -427,3 +428,52 @@ def test_a_malformed_sizes_option_fails_the_item_with_the_message(pytester, run_
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*sizes= names size 65, which no floating tensor argument of any sample has*"])
+
+
+# ---------------------------------------------------------------------------
+# The variants themselves, and the patterns the hints state
+# ---------------------------------------------------------------------------
+
+
+def test_each_size_is_tried_one_past_and_one_short_of_itself_at_one_past_a_power_of_two_and_over_several_blocks():
+    from pytest_autograd.checks._size_variants import derived_sizes
+
+    assert [size for size, _ in derived_sizes(256, lambda m: 8 * m, 8 * 256)] == [257, 255, 1, 513, 2051]
+    assert [size for size, _ in derived_sizes(2, lambda m: m, 2)] == [3, 1, 5, 2051]
+    square = [size for size, _ in derived_sizes(4, lambda m: m * m, 16)]
+    assert square[:4] == [5, 3, 1, 9] and square[4] * square[4] <= 1 << 18 and square[4] % 8 == 3
+
+
+def test_a_variant_changes_every_dim_and_int_of_the_size_and_keeps_values_in_the_samples_range():
+    from pytest_autograd.checks._size_variants import axes_of, variant
+    from pytest_autograd.engine.case import build_case
+
+    x, w = torch.rand(3, 4) + 1.0, torch.rand(4, 4)
+    case = build_case({"op": lambda x, w, n, idx: x, "constants": ("w",)}, [Sample(x, w, 4, torch.tensor([0, 3, 2]))])
+    (axis,) = [a for a in axes_of(case, case.samples[0], {}) if a.size == 4]
+    assert [p.describe() for p in axis.places] == ["dim 1 of `x`", "dim 0 of `w`", "dim 1 of `w`",
+                                                   "`n` (an int argument equal to the size)"]
+    grown = variant(case, case.samples[0], axis, 9, torch.Generator().manual_seed(0))
+    gx, gw, n, idx = grown.args
+    assert gx.shape == (3, 9) and gw.shape == (9, 9) and n == 9
+    assert torch.equal(gx[:, :4], x) and bool((gx >= x.min()).all() and (gx <= x.max()).all())
+    assert len(set(gx.flatten().tolist())) == gx.numel(), "repeated values must not tie"
+    assert torch.equal(gw[:4, 4:8], w), "constants are repeated exactly"
+    shrunk = variant(case, case.samples[0], axis, 2, torch.Generator().manual_seed(0))
+    assert torch.equal(shrunk.args[0], x[:, :2]) and shrunk.args[2] == 2
+    assert shrunk.args[3].tolist() == [0, 1, 0], "indices that could index the shrunk dim stay inside it"
+
+
+@pytest.mark.parametrize("observed, start", [
+    ({1: False, 2: True, 3: True, 4: True, 5: True}, "only size 1 is wrong"),
+    ({1: False, 3: False, 4: True, 5: False, 8: True, 9: False}, "the wrong sizes are exactly those that are not a "
+                                                                   "multiple of 4"),
+    ({1: True, 4: True, 8: True, 9: False, 16: False}, "sizes up to 8 are right and every larger one is wrong"),
+    ({1: False, 3: False, 8: True, 9: True}, "sizes below 8 are wrong and the others right"),
+    ({1: True, 3: False, 8: True, 9: True}, None),
+])
+def test_a_pattern_is_stated_only_when_every_size_judged_fits_it(observed, start):
+    from pytest_autograd.checks._size_hints import pattern_hint
+
+    hint = pattern_hint(observed)
+    assert (hint is None) if start is None else hint.startswith(start), hint

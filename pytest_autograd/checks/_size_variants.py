@@ -126,14 +126,14 @@ def axes_of(case, sample, requested):
                   for dim, s in enumerate(value.shape) if s == size]
         places += _int_places(case, sample, size)
         axis = Axis(size, places)
-        if size in requested and requested[size] is None:
-            axis.fixed = "sizes= on the marker keeps it"
+        if size in requested:  # the marker's word wins over any guess
+            if requested[size] is None:
+                axis.fixed = "sizes= on the marker keeps it"
+            else:
+                axis.sizes = [(s, DECLARED) for s in requested[size]]
         else:
             axis.fixed = _held_as_value(case, tensors, size)
-        if axis.fixed is None:
-            if size in requested:
-                axis.sizes = [(s, DECLARED) for s in requested[size]]
-            else:
+            if axis.fixed is None:
                 axis.sizes = derived_sizes(size, lambda m, axis=axis: variant_numel(tensors, axis, m), largest)
         axes.append(axis)
     return axes
@@ -143,10 +143,10 @@ def derived_sizes(n, numel_at, largest):
     """(size, kind) pairs for a sample size ``n``: the tails and edges kernels get wrong."""
     found = {}
     for size, kind in ((n + 1, PLUS_ONE), (n - 1, MINUS_ONE), (1, ONE), (odd_past_power_of_two(n), ODD)):
-        if size >= 1 and size != n and size not in found:
+        if size >= 1 and size != n and size not in found and numel_at(size) <= max(LARGE_ELEMENTS, 8 * largest):
             found[size] = kind
     large = several_blocks(n, numel_at, max(LARGE_ELEMENTS, 4 * largest))
-    if large is not None and large > max(found):
+    if large is not None and large > max(found, default=n):
         found[large] = LARGE
     return list(found.items())
 
@@ -255,7 +255,8 @@ def _held_as_value(case, tensors, size):
     """Why ``size`` is kept when an integer tensor holds it as its largest value (lengths, offsets), else None."""
     for slot, _, value in tensors:
         if _is_index_like(value) and int(value.max()) == size:
-            return f"`{case.arg_name(slot)}` holds it as a value (lengths or offsets tied to the size)"
+            return (f"`{case.arg_name(slot)}` holds it as its largest value (a length or an offset tied to the size?); "
+                    f"sizes={{{size}: [...]}} on the marker names sizes to try anyway")
     return None
 
 
