@@ -477,3 +477,19 @@ def test_a_pattern_is_stated_only_when_every_size_judged_fits_it(observed, start
 
     hint = pattern_hint(observed)
     assert (hint is None) if start is None else hint.startswith(start), hint
+
+
+def test_a_several_blocks_size_too_slow_to_judge_is_made_smaller_and_noted():
+    import time
+
+    def slow_past_50_rows(x):
+        if x.shape[0] > 50:  # a kernel run by an interpreter: slow in proportion to its programs
+            for _ in range(100):
+                time.sleep(0.05)
+        return x * 2
+
+    outcome = sizes_outcome(slow_past_50_rows, [Sample(torch.randn(4, 3))], reference=lambda x: x * 2)
+    assert outcome.status == "passed", outcome.detail
+    assert "the several-blocks sizes were made smaller to stay within the time budget" in outcome.detail
+    assert "sample 0, dim 0 of `x` (size 4): 27 instead of 2051 (one forward at 123 takes over 0.25 s" \
+        in outcome.detail

@@ -117,6 +117,7 @@ class _Run:
         self.judges, self.first_seconds, self.stopped = {}, {}, {}
         self.seen = {}  # (index, axis size) -> {size: Verdict}
         self.extra_notes = []
+        self.reduced = []  # (task, what was done, why): several-blocks sizes made smaller for time
         self.judged = 0
         self.unrun = []
 
@@ -145,17 +146,19 @@ class _Run:
             shaped = variant(context.case, sample, task.axis, task.size, generator)
         elements = growth(sample, task.axis, task.size)
         first = self.first_seconds.get(task.index)
-        limit = VARIANT_SECONDS if first is None else \
-            max(VARIANT_SECONDS, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1]))
-        limit = max(0.1, min(limit, self.deadline - time.monotonic()))
+        limit = self.deadline - time.monotonic()  # the first variant of a sample sets the pace for the others
+        if first is not None:
+            limit = min(limit, max(VARIANT_SECONDS, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1])))
+        limit = max(0.1, limit)
         start = time.perf_counter()
         finished = call_with_limit(limit, lambda: judge.at(shaped, size_ratio(task.axis.size, task.size)))
         context.sample_index = task.index
         if finished.expired is not None:
             self.stopped[key] = task.size
-            self.extra_notes.append((task, f"stopped after {fmt(limit)} s at {task.size} (far slower than smaller "
-                                           "sizes, even for its number of elements); larger sizes of this dim not "
-                                           "judged"))
+            why = ("the check's time budget ran out" if first is None else
+                   "far slower than the sample's first variant, even for its number of elements")
+            self.extra_notes.append((task, f"stopped after {fmt(limit)} s at {task.size} ({why}); larger sizes of "
+                                           "this dim not judged"))
             return None
         seconds = time.perf_counter() - start
         self.first_seconds.setdefault(task.index, (seconds, elements))
@@ -175,14 +178,13 @@ class _Run:
             return task
         smallest = max([2 * task.axis.size + 1] + [size for size, kind in task.axis.sizes if kind != LARGE])
         size, why = task.size, None
-        for _ in range(3):
+        for _ in range(4):
             shaped = variant(self.context.case, sample, task.axis, size, torch.Generator().manual_seed(0))
             seconds = judge.forward_seconds(shaped, PROBE_SECONDS)
             if seconds is not None and seconds * judge.evaluations <= LARGE_SECONDS:
                 break
-            why = (f"to stay within the time budget: one forward at {size} takes "
-                   f"{'over ' + fmt(PROBE_SECONDS) if seconds is None else f'{seconds:.2g}'} s, and judging a size "
-                   f"about {judge.evaluations} of them")
+            why = (f"one forward at {size} takes {'over ' + fmt(PROBE_SECONDS) if seconds is None else f'{seconds:.2g}'}"
+                   f" s and judging a size about {judge.evaluations} of them")
             shrink = 0.25 if seconds is None else LARGE_SECONDS / (seconds * judge.evaluations)
             target = growth(sample, task.axis, size) * shrink
             low, high = smallest, size
@@ -191,10 +193,13 @@ class _Run:
                 low, high = (middle, high) if growth(sample, task.axis, middle) <= target else (low, middle)
             size = (low - 3) // 8 * 8 + 3
             if size <= smallest:
-                self.extra_notes.append((task, f"not judged at {task.size}, the several-blocks size, {why}"))
+                self.reduced.append((task, "not judged", why))
                 return None
+        else:
+            self.reduced.append((task, "not judged", why))
+            return None
         if size != task.size:
-            self.extra_notes.append((task, f"several-blocks size {size} instead of {task.size}, {why}"))
+            self.reduced.append((task, f"{size} instead", why))
         return Task(task.index, task.axis, size, LARGE)
 
     def _judge_for(self, index, sample):
@@ -250,6 +255,12 @@ class _Run:
                          f"{_join(sorted(t.size for t in tasks))} not judged: the check's time budget ran out")
         self.unrun.clear()
         context.sample_index = None
+        if self.reduced:
+            context.note("sizes: the several-blocks sizes were made smaller to stay within the time budget (as for a "
+                         "kernel run by Triton's interpreter): " + "; ".join(
+                             f"sample {task.index}, {_dim(task.axis)} (size {task.axis.size}): {what} of "
+                             f"{task.size} ({why})" for task, what, why in self.reduced))
+        self.reduced.clear()
 
     def reasons(self):
         found = []
