@@ -79,6 +79,7 @@ class Judge:
         self.dtype = torch.float64 if plan is None else plan.dtype
         self.reference = context.case.reference
         self.sample_errors = None  # low precision with a reference: the op's own error at the sample, per label
+        self.reference_finite_at_sample = None
 
     @property
     def evaluations(self):
@@ -164,6 +165,8 @@ class Judge:
             ref_outputs = context.run_op(ref_side, fn=self.reference)
         except OpRaised:
             return None
+        if self._newly_non_finite(ref_outputs):
+            return Verdict(OUTSIDE, reason="the reference's outputs hold inf or NaN there")
         if len(ref_outputs) != len(op_outputs):
             return Verdict(WRONG, what="the number of outputs",
                            worst=f"the op returned {len(op_outputs)} tensor output(s), the reference "
@@ -190,6 +193,21 @@ class Judge:
             if found is not None:
                 return found
         return Verdict(RIGHT)
+
+    def _newly_non_finite(self, outputs):
+        """True when the reference's outputs hold inf or NaN at a variant although they are finite at the sample:
+        outside the domain (a mean over an empty dim, a fully masked row), where an op may answer otherwise."""
+        if all(bool(o.isfinite().all()) for o in outputs if o.is_floating_point()):
+            return False
+        if self.reference_finite_at_sample is None:
+            try:
+                reference = self.context.run_op(self.context.prepare(self.sample, dtype=torch.float64),
+                                                fn=self.reference)
+                self.reference_finite_at_sample = all(bool(o.isfinite().all()) for o in reference
+                                                      if o.is_floating_point())
+            except (OpRaised, UsageProblem):
+                self.reference_finite_at_sample = True
+        return self.reference_finite_at_sample
 
     def _compare(self, expected, got, label, strategy, argument=None, output=None):
         atol, rtol = self.context.tolerance(expected.dtype)
@@ -256,8 +274,8 @@ class Judge:
                 label = output_label(k, count)
                 return Verdict(WRONG, what=label, output=label, strategy=strategy,
                                worst=f"shape: expected {list(expected.shape)}, got {list(got.shape)}")
-        if not all(bool(o.isfinite().any()) for o in truth.outputs if o.is_floating_point() and o.numel()):
-            return Verdict(OUTSIDE, reason="the reference's float64 outputs are not finite there")
+        if self._newly_non_finite(truth.outputs):
+            return Verdict(OUTSIDE, reason="the reference's float64 outputs hold inf or NaN there")
         reference_errors = {}
         if ref_low is not None:
             reference_errors = {p.label: normwise_error(p.expected, p.got).value for p in paired_tensors(truth, ref_low)}
