@@ -82,6 +82,16 @@ class Judge:
         self.reference_finite_at_sample = None
 
     @property
+    def strategy(self):
+        """How a variant is judged below float64 (the float64 strategies name themselves per verdict)."""
+        if self.plan is None:
+            return STRATEGY_REFERENCE if self.reference is not None else "the derivative engine in float64"
+        if self.reference is not None:
+            return (f"outputs and gradients in {dtype_label(self.dtype)} against the reference's in float64 on the "
+                    "same rounded inputs")
+        return self.plan.strategy(False)
+
+    @property
     def evaluations(self):
         """About how many forwards (and backwards) judging one variant takes in this strategy."""
         if self.reference is not None:  # a forward and a backward of the op and of the reference (two in low precision)
@@ -105,6 +115,8 @@ class Judge:
                     self.context.run_op(self.context.prepare(variant, dtype=self.dtype))
                 except (OpRaised, UsageProblem):
                     return 0.0
+                if self.context.device.startswith("cuda"):
+                    torch.cuda.synchronize(self.context.device)  # kernels run asynchronously: wait for them
                 best = min(best, time.perf_counter() - start)
                 if best > limit / 2:
                     break
@@ -262,8 +274,7 @@ class Judge:
         if runs is None:
             return None
         op_low, truth, ref_low = runs
-        strategy = (f"outputs and gradients in {dtype_label(self.dtype)} against the reference's in float64 on the "
-                    "same rounded inputs")
+        strategy = self.strategy
         count = len(truth.outputs)
         if len(op_low.outputs) != count:
             return Verdict(WRONG, what="the number of outputs",

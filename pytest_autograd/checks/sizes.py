@@ -208,8 +208,7 @@ class _Run:
             self.judges[index] = Judge(self.context, sample, plan)
             if plan is not None:
                 self.context.sample_index = None
-                self.context.note(f"sizes: {plan.reason}; each size judged by "
-                                  f"{plan.strategy(self.context.case.reference is not None)}")
+                self.context.note(f"sizes: {plan.reason}; each size judged by {self.judges[index].strategy}")
                 self.context.sample_index = index
         return self.judges[index]
 
