@@ -455,7 +455,7 @@ def test_a_variant_changes_every_dim_and_int_of_the_size_and_keeps_values_in_the
     assert [p.describe() for p in axis.places] == ["dim 1 of `x`", "dim 0 of `w`", "dim 1 of `w`",
                                                    "`n` (an int argument equal to the size)"]
     grown = variant(case, case.samples[0], axis, 9, torch.Generator().manual_seed(0))
-    gx, gw, n, idx = grown.args
+    gx, gw, n, _ = grown.args
     assert gx.shape == (3, 9) and gw.shape == (9, 9) and n == 9
     assert torch.equal(gx[:, :4], x) and bool((gx >= x.min()).all() and (gx <= x.max()).all())
     assert len(set(gx.flatten().tolist())) == gx.numel(), "repeated values must not tie"
