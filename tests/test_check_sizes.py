@@ -495,3 +495,15 @@ def test_a_several_blocks_size_too_slow_to_judge_is_made_smaller_and_noted():
     found = re.search(r"sample 0, dim 0 of `x` \(size 4\): (\d+) instead of 2051 \(one forward at \d+ takes over "
                       r"0\.25 s", outcome.detail)
     assert found is not None and 9 < int(found.group(1)) <= 50, outcome.detail
+
+
+def test_a_bug_at_the_samples_own_size_is_left_to_gradcheck_which_reports_it():
+    from reference_ops.buggy import LinearWeightGradTransposed
+
+    samples = [Sample(torch.randn(3, 4), torch.randn(4, 4), torch.randn(4))]
+    gradcheck, sizes = run_checks(LinearWeightGradTransposed, samples=samples, checks=["gradcheck", "sizes"])
+    assert gradcheck.status == "failed"
+    assert sizes.status == "skipped", sizes.detail
+    assert sizes.detail.startswith("the op is wrong at your sample's own sizes too (gradient w.r.t. `weight`, and "
+                                   "when dim ")
+    assert "gradcheck and reference report it there" in sizes.detail
