@@ -507,3 +507,18 @@ def test_a_bug_at_the_samples_own_size_is_left_to_gradcheck_which_reports_it():
     assert sizes.detail.startswith("the op is wrong at your sample's own sizes too (gradient w.r.t. `weight`, and "
                                    "when dim ")
     assert "gradcheck and reference report it there" in sizes.detail
+
+
+def test_an_op_that_raises_at_its_own_sample_fails_as_it_does_in_every_check():
+    class BackwardRaises(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("my kernel has no backward for this shape")
+
+    outcome = sizes_outcome(BackwardRaises, [Sample(torch.randn(3, 4))])
+    assert outcome.status == "failed"
+    assert outcome.detail.startswith("the op's backward raised RuntimeError: my kernel has no backward for this shape")

@@ -120,6 +120,7 @@ class _Run:
         self.reduced = []  # (task, what was done, why): several-blocks sizes made smaller for time
         self.judged = 0
         self.unrun = []
+        self.sample_checked = set()  # samples whose own run was checked after a refused variant
 
     def judge(self, task, pattern=False):
         """The Verdict at ``task`` (None when not run for time); recorded for the notes and the hints."""
@@ -164,11 +165,24 @@ class _Run:
         self.first_seconds.setdefault(task.index, (seconds, elements))
         verdict = finished.value
         seen[task.size] = verdict
+        if verdict.status == REFUSED and verdict.raised is not None and task.size != task.axis.size:
+            self._raise_if_the_sample_raises(task.index, sample, judge)
         if verdict.status == RIGHT and task.size != task.axis.size:
             self.judged += 1
         for line in verdict.notes:
             self.extra_notes.append((task, f"at {task.size}: {line}"))
         return verdict
+
+    def _raise_if_the_sample_raises(self, index, sample, judge):
+        """An op that raises at its own sample fails every check the same way (one report per root cause):
+        that is no refused size."""
+        if index in self.sample_checked:
+            return
+        self.sample_checked.add(index)
+        verdict = judge.at(sample)
+        self.context.sample_index = index
+        if verdict.status == REFUSED and verdict.raised is not None:
+            raise verdict.raised
 
     def _affordable(self, task, sample, judge):
         """``task``, or for a several-blocks size whose judging would take over LARGE_SECONDS (one forward there,
