@@ -12,6 +12,9 @@
   with no graph), their planted-bug twin, and a block built from them.
 * :mod:`reference_ops.model` -- a small transformer built from the ops above, for the model scan
   (with a planted bug behind a flag).
+* :mod:`reference_ops.sizes` -- tiled kernels right at power-of-two sizes and wrong at others (a last-block
+  mask, a grid with floor division, a split boundary, a squeezed batch of one), with correct twins;
+  :mod:`reference_ops.sizes_triton` -- a Triton kernel missing its last program (needs triton).
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -42,9 +45,8 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset(
-    {"buggy", "complex_ops", "extension", "fused", "model", "modules", "normalization", "state", "triton_ops"}
-)
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "fused", "model", "modules", "normalization", "sizes",
+                              "sizes_triton", "state", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 
