@@ -66,7 +66,7 @@ class Reference(Check):
                     values_differ = failure.report.error is not None  # not a dtype, shape or count mismatch
                     agreed = _agrees_without_ties(context, sample, run_dtype) if values_differ else None
                     if agreed is not None:
-                        note(agreed)
+                        context.note(agreed)
                         continue
                     verdict = None if dtype is torch.float64 or low in (None, torch.float64) or not values_differ \
                         else reference_is_farther(context, sample, low)
@@ -97,7 +97,7 @@ def _agrees_without_ties(context, sample, run_dtype):
                      (op_side, context.run_op(op_side)), expected_label="the reference", got_label="the op")
     except (CheckFailure, OpRaised):
         return None
-    return (f"reference: sample {context.sample_index}: the op and the reference differ only at ties "
+    return (f"reference: the op and the reference differ only at ties "
             f"({ties.describe(names)}): each picks its own among tied elements; with the ties moved apart "
             "they agree; noted, not failed")
 
