@@ -149,18 +149,19 @@ class Layout:
     make: object  # tensor -> same-valued tensor in this layout, or None when impossible
     description: str
     keeps_values: bool = True  # False: the layout changes values (a stride 0 repeats one), its own contiguous run
+    cotangent_only: bool = False  # lays out grad_output only: the inputs' contiguous run (and graph) is shared
 
 
 LAYOUTS = [
     Layout("transposed", transposed, "transposed (dims reversed, not contiguous)"),
     Layout("sliced", sliced, "sliced (every other element of a wider buffer)"),
-    Layout("row-strided", row_strided, "row-strided (last stride 1, rows twice their width apart, as after "
-                                       "torch.cat, split, chunk or narrow along the last dim)"),
     Layout("at a storage offset", offset, f"at storage offset {OFFSET} (contiguous otherwise, as a chunk along "
                                           "dim 0 is)"),
+    Layout("row-strided", row_strided, "row-strided (last stride 1, rows twice their width apart, as after "
+                                       "torch.cat, split, chunk or narrow along the last dim)"),
     Layout("permuted", permuted, "permuted (two leading dims swapped in memory, the last dim still innermost)"),
     Layout("broadcast", None, "broadcast (every stride 0, one value everywhere, as the backward of .sum() or "
-                              ".mean() gives)", keeps_values=False),
+                              ".mean() gives)", keeps_values=False, cotangent_only=True),
     Layout("expanded", None, "expanded (stride 0 along the leading dim)", keeps_values=False),
     Layout("channels_last", channels_last, "channels-last"),
 ]
@@ -181,22 +182,30 @@ class NonContiguous(Check):
         ran = False
         for index, sample in context.samples():
             prepared = context.prepare(sample)
-            written = _written_slots(context, prepared)
-            shared = {}  # the contiguous run the value-keeping layouts share
+            kept = {}
+            written = _written_slots(context, prepared, keep=kept)
+            baseline = _Baseline(kept["outputs"])
             for layout in LAYOUTS:
                 plan = _plan(context, prepared, layout, written)
-                if _check_plan(context, plan, layout, sample, shared):
+                if _check_plan(context, plan, layout, sample, baseline):
                     ran = True
         if not ran:
             skip("no argument or output of any sample can be laid out non-contiguously")
 
 
-def _written_slots(context, prepared):
-    """Slots of arguments the op modifies in place (they cannot be expanded)."""
+def _written_slots(context, prepared, keep=None):
+    """Slots of arguments the op modifies in place (they cannot be expanded).
+
+    ``keep``, a dict, receives the call's outputs under "outputs": a
+    contiguous run on fresh copies of the leaves, which the value-keeping
+    layouts share.
+    """
     args, kwargs = prepared.call_args()
     arguments = tensor_arguments(context.case, args, kwargs)
     versions = [tensor._version for _, _, tensor in arguments]
-    call_with(context.case, args, kwargs)
+    outputs = call_with(context.case, args, kwargs).outputs
+    if keep is not None:
+        keep["outputs"] = outputs
     return {slot for (slot, _, tensor), version in zip(arguments, versions) if tensor._version != version}
 
 
@@ -272,9 +281,12 @@ def _forward(context, plan, laid_slots):
     return call_with(context.case, args, kwargs).outputs
 
 
-def _run(context, plan, laid_slots, cotangents, laid_cotangent=False):
-    """Outputs and source gradients of one call; each call gets fresh copies of the cotangents."""
-    outputs = _forward(context, plan, laid_slots)
+def _run(context, plan, laid_slots, cotangents, laid_cotangent=False, outputs=None):
+    """Outputs and source gradients of one call; each call gets fresh copies of the cotangents.
+
+    ``outputs``: the call's outputs when the caller has just made it (with their graph).
+    """
+    outputs = _forward(context, plan, laid_slots) if outputs is None else outputs
     fresh = []
     for cotangent in cotangents:
         if cotangent is not None:
@@ -296,30 +308,63 @@ def _plain_cotangents(plan, outputs, generator):
     return plain, any_laid
 
 
-def _check_plan(context, plan, layout, sample, shared):
+class _Baseline:
+    """The contiguous run the value-keeping layouts share: the call that looked for in-place writes, one random
+    cotangent per output and the gradients along it, its graph kept for the layouts of grad_output alone."""
+
+    def __init__(self, outputs):
+        self.outputs, self.expected, self.cotangents = outputs, None, None
+
+    def run(self, context, plan):
+        if self.expected is None:
+            self.cotangents = random_cotangents(self.outputs, context.generator)
+            fresh = [None if c is None else c.clone() for c in self.cotangents]
+            grads = grads_of(self.outputs, plan.sources, fresh, retain_graph=True) if plan.sources else []
+            self.expected = (self.outputs, grads)
+        return self.expected, self.cotangents
+
+    def agrees(self, context, plan):
+        """For a layout of grad_output alone: True when its gradients equal the contiguous ones on the kept
+        graph; None when it lays out nothing; False when that cannot tell (the full comparison decides)."""
+        cotangents, laid = _plain_cotangents(plan, self.outputs, context.generator)
+        if not laid:
+            return None
+        if self.expected is None or not plan.sources:
+            return False
+        try:
+            want = grads_of(self.outputs, plan.sources, [None if c is None else c.clone() for c in cotangents],
+                            retain_graph=True)
+            got = grads_of(self.outputs, plan.sources,
+                           [None if c is None else plan.cotangent(c.clone()) for c in cotangents], retain_graph=True)
+        except OpRaised:
+            return False
+        return all(_compare(context, a, b) is None for a, b in zip(want, got))
+
+
+def _check_plan(context, plan, layout, sample, baseline):
     """Compare the contiguous run with the laid-out one; blame one argument on a mismatch.
 
-    ``shared`` keeps the contiguous run of a value-keeping layout, the same
-    for every such layout of the sample: computed once.
+    The value-keeping layouts compare with ``baseline``, computed once per
+    sample; a layout of grad_output alone first compares on its kept graph.
     """
-    if layout.keeps_values and "expected" in shared:
-        expected, cotangents = shared["expected"], shared["cotangents"]
+    if layout.keeps_values:
+        expected, cotangents = baseline.run(context, plan)
         cotangent_laid = any(c is not None and plan.cotangent(c) is not None for c in cotangents)
         if not plan.laid and not cotangent_laid:
             return False
     else:
+        if layout.cotangent_only:
+            agrees = baseline.agrees(context, plan)
+            if agrees is not False:
+                return bool(agrees)
         try:
             outputs = _forward(context, plan, set())
         except OpRaised:
-            if not layout.keeps_values:
-                return False  # the equal values along the expanded dims are outside the op's domain
-            raise
+            return False  # the equal values along the expanded dims are outside the op's domain
         cotangents, cotangent_laid = _plain_cotangents(plan, outputs, context.generator)
         if not plan.laid and not cotangent_laid:
             return False
-        expected = _run(context, plan, set(), cotangents)
-        if layout.keeps_values:
-            shared.update(expected=expected, cotangents=cotangents)
+        expected = _run(context, plan, set(), cotangents, outputs=outputs)
     problem = _difference(context, plan, expected, set(plan.laid), cotangents, True)
     if problem is None:
         return True
@@ -351,7 +396,7 @@ def _only_rounding(context, layout, sample, problem):
         plan = _plan(context, prepared, layout, _written_slots(context, prepared))
         outputs = _forward(context, plan, set())
         cotangents, _ = _plain_cotangents(plan, outputs, context.generator)
-        expected = _run(context, plan, set(), cotangents)
+        expected = _run(context, plan, set(), cotangents, outputs=outputs)
         return _difference(context, plan, expected, set(plan.laid), cotangents, True) is None
     except Exception:  # the op has no float64 path: the mismatch stands
         return False
