@@ -61,6 +61,20 @@ def recording():
             setattr(_function.BackwardCFunction, name, original)
 
 
+def has_python_backward(outputs):
+    """True when the graph behind ``outputs`` holds a node whose backward is Python code (a Function's)."""
+    seen, stack = set(), [out.grad_fn for out in outputs if out.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if getattr(type(node), "_forward_cls", None) is not None:
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
+
+
 def _raw_gradients(node, result):
     forward_cls = getattr(type(node), "_forward_cls", None)
     if forward_cls is None or _torch_internal(forward_cls):
