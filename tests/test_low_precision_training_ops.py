@@ -111,9 +111,9 @@ def test_an_op_refusing_every_dtype_precision_could_use_is_skipped_once_with_the
     result = run_pytest("-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] test_ops.py:*: the op refuses every dtype precision could check on cpu: float32 "
-        "(TypeError: scale: float64 only, got torch.float32); its samples' own dtype is judged by the other checks",
-        "SKIPPED [[]1[]] test_ops.py:*: the op refuses every dtype extreme could check on cpu: float32 *",
+        "SKIPPED [[]1[]] test_ops.py:*: no dtype precision could check on cpu runs: float32 (the op refuses it: "
+        "TypeError: scale: float64 only, got torch.float32); the samples' own dtype is judged by the other checks",
+        "SKIPPED [[]1[]] test_ops.py:*: no dtype extreme could check on cpu runs: float32 (the op refuses it: *",
     ])
 
 

@@ -262,12 +262,15 @@ class DtypeRefusals:
 
     def refused(self, raised, dtype):
         """Record ``raised`` as ``dtype``'s refusal and return True when it is one; False: the op's failure."""
-        if self.explicit or dtype in self.own or not refuses_dtype(raised):
+        if self.explicit or dtype in self.own:
             return False
-        if isinstance(raised, ReferenceRaised):
+        # The reference may lack a kernel for the dtype (torch's "not implemented for 'Half'"); the op may refuse it
+        # by design, naming it.
+        if not (unsupported_dtype(raised) if isinstance(raised, ReferenceRaised) else refuses_dtype(raised)):
             return False
         first = str(raised.error).strip().splitlines()[0] if str(raised.error).strip() else ""
-        self.reasons.setdefault(dtype, f"{type(raised.error).__name__}: {first[:160]}")
+        who = "the reference has no kernel for it" if isinstance(raised, ReferenceRaised) else "the op refuses it"
+        self.reasons.setdefault(dtype, (who, f"{type(raised.error).__name__}: {first[:160]}"))
         return True
 
     def finish(self, context):
@@ -275,9 +278,9 @@ class DtypeRefusals:
         from pytest_autograd.engine.outcomes import skip
         from pytest_autograd.results.compare import dtype_label
 
-        lines = [f"{dtype_label(d)} ({reason})" for d, reason in self.reasons.items()]
         if self.reasons and len(self.reasons) == len(self.dtypes):
-            skip(f"the op refuses every dtype {self.check} could check on {context.device}: {'; '.join(lines)}; "
-                 "its samples' own dtype is judged by the other checks")
-        for line in lines:
-            context.note(f"{self.check}: not judged in {line.replace(' (', ': the op refuses it (', 1)}")
+            lines = [f"{dtype_label(d)} ({who}: {why})" for d, (who, why) in self.reasons.items()]
+            skip(f"no dtype {self.check} could check on {context.device} runs: {'; '.join(lines)}; the samples' "
+                 "own dtype is judged by the other checks")
+        for dtype, (who, why) in self.reasons.items():
+            context.note(f"{self.check}: not judged in {dtype_label(dtype)}: {who} ({why})")

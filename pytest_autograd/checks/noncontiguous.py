@@ -101,7 +101,7 @@ def row_strided(tensor):
     return _own_storage(wide[..., :tensor.shape[-1]])
 
 
-OFFSET = 3  # elements before the tensor's first one in its storage
+OFFSET = 2  # elements before the first one in its storage: even, so a complex tensor's real view stays complex
 
 
 def offset(tensor):
