@@ -32,7 +32,7 @@ from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.budget import call_with_limit
 from pytest_autograd.engine.execution import OpRaised
 from pytest_autograd.engine.outcomes import skip
-from pytest_autograd.results.compare import dtype_label, fmt
+from pytest_autograd.results.compare import fmt
 
 TINY = "tiny: squares underflow to 0"
 MODERATE = {
