@@ -125,6 +125,19 @@ def test_a_dtype_declared_with_dtypes_that_the_op_refuses_still_fails(pytester, 
                                  "torch.float32"])
 
 
+def test_a_mixed_precision_linear_with_float32_master_weights_passes_every_default_check(pytester, run_pytest):
+    pytester.makepyfile(test_ops="""
+        import pytest, torch
+        from reference_ops.mixed_precision import MixedPrecisionLinear, mixed_linear_reference, mixed_linear_samples
+
+        @pytest.mark.autograd_op(op=MixedPrecisionLinear, reference=mixed_linear_reference)
+        def test_linear():
+            return mixed_linear_samples(torch.Generator().manual_seed(0))
+    """)
+    result = run_pytest("-rs")
+    assert result.ret == 0, result.stdout.str()
+
+
 def _raised(error):
     return OpRaised("forward", error)
 
