@@ -8,6 +8,13 @@
 * :mod:`reference_ops.state` -- ops with state across calls, correct and buggy.
 * :mod:`reference_ops.modules` -- ``nn.Module`` ops (a correct one and its buggy twin).
 * :mod:`reference_ops.complex_ops` -- complex-valued Functions (a correct one and its buggy twin).
+* :mod:`reference_ops.low_precision_reductions`, :mod:`reference_ops.triton_layer_norm` -- bfloat16
+  layer norms whose weight gradients are summed in float32 or (the bug) bfloat16 partial buffers; the
+  Triton one refuses every dtype but bfloat16, and has a twin that reads a row-strided grad_output wrongly.
+* :mod:`reference_ops.mixed_precision` -- bfloat16 activations with float32 master weights, and a twin
+  returning the weight's gradient in bfloat16.
+* :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
+  gradient away from ties.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -38,7 +45,8 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "modules", "normalization", "state", "triton_ops"})
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "low_precision_reductions", "mixed_precision",
+                              "modules", "normalization", "selection", "state", "triton_layer_norm", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 
