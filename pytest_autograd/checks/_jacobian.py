@@ -47,6 +47,7 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
                 expected=expected, got=got, abs_error=error, tolerance=tolerance, strategy="full Jacobian",
                 argument_grad_all_zero=bool((ana == 0).all()), numerical_nonzero=bool((num != 0).any()),
                 evidence=[Evidence.of(f"d {output_names[k]} / d {name}", num, ana, (r, e), kind="jacobian")],
+                at=(j, e),
             ))
     if worst is not None:
         return worst
@@ -205,7 +206,7 @@ def _tied_direction(evaluator, f0, kinks, rows, outputs, output_names, names, co
             expected=expected, got=got, abs_error=error, tolerance=tol,
             strategy="every kink element moved together, a direction where the left and right derivatives agree: "
                      "the gradients of tied elements must add up to it",
-            argument_grad_all_zero=False, numerical_nonzero=expected != 0.0,
+            argument_grad_all_zero=False, numerical_nonzero=expected != 0.0, smooth=True,
         ))
     return worst
 
@@ -231,6 +232,7 @@ def _random_cotangent(evaluator, central, right, left, cotangents, analytical, n
             strategy="random sign-mixed cotangent; the Jacobian itself matched, so backward is "
                      "not linear in grad_output (e.g. right only for positive grad_outputs)",
             argument_grad_all_zero=bool((ana[a:b] == 0).all()), numerical_nonzero=bool((num[a:b] != 0).any()),
+            at=(j, e),
         ))
     return worst
 

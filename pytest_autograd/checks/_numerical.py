@@ -28,6 +28,9 @@ class DerivativeError:
     argument_grad_all_zero: bool
     numerical_nonzero: bool
     evidence: list = field(default_factory=list)  # the Jacobians behind it, for failure pictures
+    # Found along a direction known to be smooth (or by linearity in grad_output): a tie cannot explain it.
+    smooth: bool = False
+    at: tuple = None  # (leaf number, flat index) of the input element it is about, when it is about one
 
     def worst(self):
         return f"{self.element}: expected {fmt(self.expected)} (numerical), got {fmt(self.got)} (analytical)"

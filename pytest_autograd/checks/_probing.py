@@ -234,4 +234,5 @@ def _element_error(prober, flat, names, notes):
         output="all outputs", argument=names[j], element=f"grad {names[j]}{fmt_index(index)}",
         expected=central, got=got, abs_error=error, tolerance=tolerance, strategy="",
         argument_grad_all_zero=bool((prober.g[a:b] == 0).all()), numerical_nonzero=central != 0.0,
+        at=(j, flat - a),
     )
