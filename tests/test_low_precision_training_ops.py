@@ -77,9 +77,11 @@ def test_a_bfloat16_only_triton_kernel_passes_every_default_check_noting_the_dty
     result = run(pytester, run_pytest, TRITON_OPS, "TritonLayerNormBf16")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
-        "note: test_ops.py::test_layer_norm[[]precision-cpu[]]: precision: not judged in float32: the op refuses it "
+        "test_ops.py::test_layer_norm[[]precision-cpu[]]",
+        "  *test_ops.py:*: AutogradNote: precision: not judged in float32: the op refuses it "
         "(TypeError: layer_norm_bf16: bfloat16 tensors only, got torch.float32)",
-        "note: test_ops.py::test_layer_norm[[]extreme-cpu[]]: extreme: not judged in float32: the op refuses it "
+        "test_ops.py::test_layer_norm[[]extreme-cpu[]]",
+        "  *test_ops.py:*: AutogradNote: extreme: not judged in float32: the op refuses it "
         "(TypeError: layer_norm_bf16: bfloat16 tensors only, got torch.float32)",
     ])
 

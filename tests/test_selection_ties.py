@@ -28,7 +28,8 @@ def test_a_correct_top_k_over_integer_votes_passes_every_default_check_with_a_no
                                               ", reference=topk_reference"))
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
-        "note: test_ops.py::test_op[[]gradcheck-cpu[]]: sample 0: tied values in `x` (* groups), e.g. x[[]*[]] = "
+        "test_ops.py::test_op[[]gradcheck-cpu[]]",
+        "  *test_ops.py:*: AutogradNote: sample 0: tied values in `x` (* groups), e.g. x[[]*[]] = "
         "x[[]*[]] = *: at a tie a selection (top-k, sort, max, median, argmax) flips, so finite differences measure "
         "another selection than backward differentiates (d output 0[[]*[]] / d x[[]*[]]: expected 0 (numerical), got "
         "1 (analytical)); judged instead along every tie group moved together and at a tie-free point*; noted, not "
@@ -153,7 +154,8 @@ def test_op():
 """)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
-        "note: test_ops.py::test_op[[]reference-cpu[]]: sample 0: reference: the op and the reference differ only at "
+        "test_ops.py::test_op[[]reference-cpu[]]",
+        "  *test_ops.py:*: AutogradNote: sample 0: reference: the op and the reference differ only at "
         "ties (tied values in `x`*): each picks "
         "its own among tied elements; with the ties moved apart they agree; noted, not failed",
     ])

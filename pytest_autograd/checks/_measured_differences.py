@@ -128,7 +128,11 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
         one_sided.append(((right - float((grad * (plus.to(torch.float64) - x)).sum())) / step,
                           (left - float((grad * (x - minus.to(torch.float64))).sum())) / step))
         predicted_values.append(predicted / width)
-        floors.append(NOISE_ULPS * eps * (moved + float((grad.abs() * delta.abs()).sum())) / width)
+        # An output that did not move at all may still have changed by up to one rounding in each evaluation:
+        # below that resolution a small true derivative reads as 0 at every step (rms_norm over one element).
+        stuck = sum(float((c.abs() * v.abs() * (p == m)).sum()) for p, m, c, v in zip(out_plus, out_minus, center,
+                                                                                       cotangents64))
+        floors.append((NOISE_ULPS * eps * (moved + float((grad.abs() * delta.abs()).sum())) + eps * stuck) / width)
     if len(errors) < 2 or not all(math.isfinite(e) for e in errors):
         if errors and not all(math.isfinite(e) for e in errors):
             return DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf, 0.0,
