@@ -280,22 +280,29 @@ def _define():
     def _(grad_y, x, weight, rstd):
         return torch.empty_like(x), torch.empty_like(weight)
 
-    def setup_context(ctx, inputs, output):
-        x, weight, _ = inputs
-        ctx.save_for_backward(x, weight, output[1])
+    rms_norm.register_autograd(_autograd_backward(rms_norm_backward_op), setup_context=_save_for_backward)
+    return rms_norm
+
+
+def _save_for_backward(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+
+
+def _autograd_backward(backward_op):
+    """The registered backward of an ``(y, rstd)`` rms_norm op whose kernel backward is ``backward_op``."""
 
     def backward(ctx, grad_y, grad_rstd):
         x, weight, rstd = ctx.saved_tensors
         if grad_y is None:
             grad_y = torch.zeros_like(x)
-        dx, dw = rms_norm_backward_op(grad_y, x, weight, rstd)
+        dx, dw = backward_op(grad_y, x, weight, rstd)
         if grad_rstd is not None:  # rstd is an output too: d rstd / dx = -rstd^3 * x / N
             r = rstd.unsqueeze(-1)
             dx = dx - (grad_rstd.unsqueeze(-1) * r * r * r * x / x.shape[-1]).to(dx.dtype)
         return dx, dw, None
 
-    rms_norm.register_autograd(backward, setup_context=setup_context)
-    return rms_norm
+    return backward
 
 
 rms_norm_op = _define()
@@ -327,21 +334,7 @@ def _define_triton_op(name, bug):
     def backward_op(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor) -> Tuple[Tensor, Tensor]:
         return rms_norm_backward(grad_y, x, weight, rstd, bug=bug, launch=wrap)
 
-    def setup_context(ctx, inputs, output):
-        x, weight, _ = inputs
-        ctx.save_for_backward(x, weight, output[1])
-
-    def backward(ctx, grad_y, grad_rstd):
-        x, weight, rstd = ctx.saved_tensors
-        if grad_y is None:
-            grad_y = torch.zeros_like(x)
-        dx, dw = backward_op(grad_y, x, weight, rstd)
-        if grad_rstd is not None:  # rstd is an output too: d rstd / dx = -rstd^3 * x / N
-            r = rstd.unsqueeze(-1)
-            dx = dx - (grad_rstd.unsqueeze(-1) * r * r * r * x / x.shape[-1]).to(dx.dtype)
-        return dx, dw, None
-
-    forward.register_autograd(backward, setup_context=setup_context)
+    forward.register_autograd(_autograd_backward(backward_op), setup_context=_save_for_backward)
     return getattr(torch.ops, NAMESPACE).__getattr__(name).default
 
 
