@@ -52,9 +52,11 @@ def test_a_wrong_output_above_two_dimensions_is_drawn_with_its_leading_dims_flat
     """)
     result = run_pytest("--autograd-plots=pictures")
     result.assert_outcomes(failed=1)
-    (panel,) = saved_panels(pytester.path / "pictures", "test_ops.py-test_double-reference-cpu")
+    # The zeroed element is wrong in the output and, having no gradient, in the gradient too: a row for each.
+    panel, gradient = saved_panels(pytester.path / "pictures", "test_ops.py-test_double-reference-cpu")
+    assert panel["label"] == "output" and gradient["label"] == "grad x"
     assert panel["expected"].shape == (6, 5) and panel["reduced"] == "dims 2x3 flattened into rows"
-    assert panel["worst"] == (1 * 3 + 2, 3)
+    assert panel["worst"] == gradient["worst"] == (1 * 3 + 2, 3)
 
 
 def test_passing_items_draw_nothing(pytester, run_pytest):

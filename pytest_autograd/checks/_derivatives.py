@@ -20,8 +20,8 @@ from pytest_autograd.checks._kinks import KinkNotes
 from pytest_autograd.checks._numerical import (
     DerivativeError,
     Evaluator,
-    pick,
     unravel,
+    with_others,
     worst_of,
 )
 from pytest_autograd.checks._probing import probing
@@ -71,7 +71,7 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
     elements that matter happen to be positive; v and -v together never do.
     """
     negated = grads_of(outputs, leaves, [None if c is None else -c for c in cotangents], retain_graph=True)
-    worst = None
+    found = []
     for j, leaf in enumerate(leaves):
         expected = -analytical[j].detach().reshape(-1)
         got = negated[j].detach().reshape(-1)
@@ -79,7 +79,7 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
         if candidate is None:
             continue
         (e, _), want, have, error, tolerance = candidate
-        found = DerivativeError(
+        found.append(DerivativeError(
             output="all outputs", argument=names[j],
             element=f"grad {names[j]}{fmt_index(unravel(e, leaf.shape))} for -grad_output",
             expected=want, got=have, abs_error=error, tolerance=tolerance,
@@ -87,9 +87,10 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
                      "grad_output, so backward is not linear in grad_output (e.g. right only for positive "
                      "grad_outputs)",
             argument_grad_all_zero=False, numerical_nonzero=True,
-        )
-        worst = pick(worst, found)
-    return worst
+            locus={"cotangents": [None if c is None else c.detach().clone() for c in cotangents], "negated": True,
+                   "leaf": j, "element": unravel(e, leaf.shape)},
+        ))
+    return with_others(found)
 
 
 def marker_tolerances(case):

@@ -18,10 +18,14 @@ from pytest_autograd.checks._derivatives import (
 )
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._low_precision import judge_second_derivatives
+from pytest_autograd.checks._hints import derivative_details
+from pytest_autograd.checks._loci import derivative_locus
 from pytest_autograd.checks._second_derivative_hints import (
     DOUBLE_BACKWARD_HINT,
     NON_FINITE_HINT,
+    graphless_saved_tensors,
     refuses_double_backward,
+    saved_intermediate_hint,
 )
 from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
@@ -112,15 +116,35 @@ class GradGradCheck(Check):
                            f"backward is not differentiable w.r.t. `{error.argument}`: the analytical second "
                            "derivative is all zeros while the numerical one is not")
                 context.fail(summary, output=error.output, argument=error.argument, worst=error.worst(),
-                             error=error.error_line(), evidence=error.evidence,
-                             hint=NOT_DIFFERENTIABLE_HINT.format(name=error.argument))
+                             error=error.error_line(), evidence=error.evidence, details=derivative_details(error),
+                             hint=NOT_DIFFERENTIABLE_HINT.format(name=error.argument),
+                             locus=derivative_locus(error, context, prepared, order=2,
+                                                    first_cotangents=leaves[len(prepared.leaves):],
+                                                    differentiable=differentiable))
             context.fail(
                 f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the numerical one",
                 output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
-                evidence=error.evidence,
-                hint=(NON_FINITE_HINT if not math.isfinite(error.got) and math.isfinite(error.expected) else
-                      "the backward's own gradient is wrong: check the ops backward uses on saved tensors"),
+                details=derivative_details(error),
+                evidence=error.evidence + [e for other in error.others for e in other.evidence],
+                hint=_mismatch_hint(error, outputs, prepared),
+                locus=derivative_locus(error, context, prepared, order=2, first_cotangents=leaves[len(prepared.leaves):],
+                                       differentiable=differentiable),
             )
+
+
+def _mismatch_hint(error, outputs, prepared):
+    """The hint the evidence supports: non-finite values, a graph-less saved intermediate, else the general one."""
+    if not math.isfinite(error.got) and math.isfinite(error.expected):
+        return NON_FINITE_HINT
+    inputs = set(prepared.names)
+    wrong = [error.argument] + [other.argument for other in error.others]
+    if all(name in inputs for name in wrong):  # every second derivative w.r.t. grad_output is right
+        constants = [value for value in list(prepared.args) + list(prepared.kwargs.values())
+                     if isinstance(value, torch.Tensor) and value.is_floating_point() and not value.requires_grad]
+        saved = graphless_saved_tensors(outputs, constants)
+        if saved:
+            return saved_intermediate_hint(saved, error.argument)
+    return "the backward's own gradient is wrong: check the ops backward uses on saved tensors"
 
 
 def _backward_function(context, prepared, outputs, differentiable, on_grads=None):
