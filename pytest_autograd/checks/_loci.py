@@ -37,3 +37,31 @@ def compare_locus(prepared, dtype, what, index, mismatch, expected_label, got_la
         "cotangents": None if cotangents is None else [None if c is None else c.detach().to("cpu").clone()
                                                        for c in cotangents],
     }
+
+
+def precision_locus(context, low_sample, dtype, violations, cotangents, k, floor):
+    """The locus of a precision failure: the worst violation's tensor, run in ``dtype`` on ``low_sample`` (the
+    rounded sample) against the float64 truth on the same values."""
+    import torch
+
+    worst = max(violations, key=lambda v: v.ratio)
+    values = list(enumerate(low_sample.args)) + list(low_sample.kwargs.items())
+    if any(isinstance(value, torch.Tensor) and value.is_complex() for _, value in values):
+        return None  # complex arguments are differentiated as pairs of reals, which a script does not replay
+    slots = [slot for slot, value in values
+             if isinstance(value, torch.Tensor) and value.is_floating_point() and slot not in context.case.constant_slots]
+    fields = worst.pair.fields
+    output = fields.get("output")
+    names = [context.case.arg_name(slot) for slot in slots]
+    argument = fields.get("argument")
+    return {
+        "kind": "precision", "dtype": str(dtype).replace("torch.", ""), "slots": slots, "names": names,
+        "what": "output" if output is not None else "gradient",
+        "output": None if output is None else (0 if output == "output" else int(output.split()[-1])),
+        "argument": None if argument is None else names.index(argument), "label": worst.pair.label,
+        "element": tuple(worst.error.index), "expected": worst.error.expected, "got": worst.error.got,
+        "error": worst.error.value, "budget": worst.budget, "k": k, "floor": floor,
+        "reference_error": None if worst.ref_error is None else worst.ref_error.value,
+        "truth": "reference" if context.case.reference is not None else "op",
+        "cotangents": [None if c is None else c.detach().to("cpu").clone() for c in cotangents],
+    }

@@ -37,7 +37,7 @@ def refuses_double_backward(error):
 
 
 def graphless_saved_tensors(outputs, constants=()):
-    """What custom Functions on the path to ``outputs`` saved in forward that is neither an input nor an output.
+    """Where custom Functions on the path to ``outputs`` saved a tensor that is neither an input nor an output.
 
     Forward runs without a graph, so such a tensor (``ctx.save_for_backward(s)``
     or ``ctx.s = s`` for an ``s`` computed there) is a constant to double
@@ -78,10 +78,3 @@ def _same(tensor, other):
 
     return tensor.shape == other.shape and tensor.dtype == other.dtype and bool(torch.equal(tensor.cpu(), other.cpu()))
 
-
-def saved_intermediate_hint(saved, argument):
-    return (f"the second derivative w.r.t. `{argument}` is wrong while the one w.r.t. grad_output is right, and forward "
-            f"saved {', '.join(saved[:3])}{' and more' if len(saved) > 3 else ''}: a tensor computed in forward, "
-            "which double backward treats as a constant (forward runs without a graph), so its dependence on "
-            f"`{argument}` is lost. Recompute it inside backward from the saved inputs with differentiable ops, or "
-            "save an output instead (outputs keep their graph)")

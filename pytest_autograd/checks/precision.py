@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._loci import precision_locus
 from pytest_autograd.checks._transforms import (
     HALF_DTYPES,
     ReferenceRaised,
@@ -86,7 +87,8 @@ class Precision(Check):
                         context.fail_reference_raised(raised)
                     violations = _against_reference(dtype, k, ref_truth, op_low, ref_low)
                 if violations:
-                    _report(context, dtype, k, violations, op_truth, ref_truth)
+                    _report(context, dtype, k, violations, op_truth, ref_truth, precision_locus(
+                        context, low, dtype, violations, cotangents, k, floor(dtype)))
         if unsupported and len(unsupported) == len(dtypes):
             skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
 
@@ -144,7 +146,7 @@ def _against_reference(dtype, k, truth, op_low, ref_low):
     return found
 
 
-def _report(context, dtype, k, violations, op_truth, ref_truth):
+def _report(context, dtype, k, violations, op_truth, ref_truth, locus=None):
     violations.sort(key=lambda v: -v.ratio)
     worst = violations[0]
     error, ref_error, budget, what = worst.error, worst.ref_error, worst.budget, worst.pair.what
@@ -171,7 +173,7 @@ def _report(context, dtype, k, violations, op_truth, ref_truth):
                       "judged only once the maths agree")
     evidence = [Evidence.of(worst.pair.label, worst.pair.expected, worst.pair.got)]
     context.fail(summary, dtype=name, worst=error.worst(worst.pair.label), error=line, details=details,
-                 hint=_hint(dtype, error.value), evidence=evidence, **worst.pair.fields)
+                 hint=_hint(dtype, error.value), evidence=evidence, locus=locus, **worst.pair.fields)
 
 
 def _hint(dtype, error):

@@ -40,7 +40,7 @@ def write_repro(directory, stem, case, sample, report, device, title):
     saved, unsaved = _saveable(sample)
     payload = {"args": saved.args, "kwargs": saved.kwargs, **_tensors_of(locus)}
     imports, op_lines = _callable_lines("op", case.op, payload, "module")
-    if locus["kind"] == "compare" and locus["expected_fn"][0] == "reference":
+    if _uses_reference(locus):
         more, reference_lines = _callable_lines("reference", case.reference, payload, "reference_module")
         imports += [line for line in more if line not in imports]
         op_lines += reference_lines
@@ -50,9 +50,17 @@ def write_repro(directory, stem, case, sample, report, device, title):
     text += "\n".join(["import sys", "from pathlib import Path", "", "import torch", ""] + imports + [""] + op_lines)
     text += "\n\n" + "\n".join(f"# {line}" for line in unsaved) + ("\n" if unsaved else "")
     text += _SETTINGS.format(device=device, locus=_plain(locus))
-    text += _COMMON + (_DERIVATIVE if locus["kind"] == "derivative" else _COMPARE)
+    if any(isinstance(fn, ModuleFunction) for fn in (case.op, case.reference)):
+        text += _MODULE
+    text += _COMMON + _BODIES[locus["kind"]]
     script.write_text(text)
     return script, None
+
+
+def _uses_reference(locus):
+    if locus["kind"] == "compare":
+        return locus["expected_fn"][0] == "reference"
+    return locus["kind"] == "precision" and locus["truth"] == "reference"
 
 
 # -- what the script calls -----------------------------------------------------------------------------------
@@ -204,7 +212,7 @@ def _saveable(sample):
 
 
 def _tensors_of(locus):
-    keys = ("cotangents", "direction", "first_cotangents")
+    keys = ("cotangents", "direction", "first_cotangents")  # saved in the .pt file, not written into the script
     return {key: [None if t is None else t.detach().cpu().clone() for t in locus[key]]
             for key in keys if locus.get(key) is not None}
 
@@ -258,7 +266,7 @@ DEVICE = {device!r}
 LOCUS = {locus}
 '''
 
-_COMMON = '''
+_MODULE = '''
 
 def module_as_function(module):
     """An nn.Module called with its parameters as keyword arguments, as the check called it."""
@@ -273,7 +281,9 @@ def module_as_function(module):
         return torch.func.functional_call(module, {**parameters, **buffers}, args, kwargs)
 
     return call
+'''
 
+_COMMON = '''
 
 def outputs_of(result):
     """The tensor outputs in order (sparse ones as dense, complex ones as pairs of reals)."""
@@ -471,3 +481,57 @@ def main():
 if __name__ == "__main__":
     main()
 '''
+
+_PRECISION = '''
+
+LOW = getattr(torch, LOCUS["dtype"])
+
+
+def run(fn, dtype):
+    """The compared tensor of ``fn`` on the rounded sample in ``dtype``: an output, or a gradient along the
+    check's cotangent."""
+    leaves = fresh_leaves(dtype, DEVICE)
+    outputs = call(fn, leaves, dtype, DEVICE)
+    if LOCUS["what"] == "output":
+        return outputs[LOCUS["output"]].detach().to("cpu", torch.float64)
+    cotangents = [None if c is None or not o.is_floating_point() else c.to(o.device, o.dtype)
+                  for o, c in zip(outputs, SAMPLE["cotangents"])]
+    return gradients(outputs, leaves, cotangents)[LOCUS["argument"]].detach().to("cpu", torch.float64)
+
+
+def normwise(expected, got):
+    """max |got - expected| / max |expected|, as the check measures it."""
+    scale = float(expected[expected.isfinite()].abs().max()) if bool(expected.isfinite().any()) else 0.0
+    worst = float((got - expected).abs().nan_to_num(float("inf")).max())
+    return worst / scale if scale > 0 else worst
+
+
+def main():
+    torch.manual_seed(0)
+    truth_fn = reference if LOCUS["truth"] == "reference" else op
+    truth, got = run(truth_fn, torch.float64), run(op, LOW)
+    error = normwise(truth, got)
+    element = tuple(LOCUS["element"])
+    print(f"{LOCUS['label']}{list(element)} in {LOCUS['dtype']}")
+    print(f"  float64 ({LOCUS['truth']} on the same rounded inputs): {float(truth[element]):.6g}")
+    print(f"  the op in {LOCUS['dtype']}: {float(got[element]):.6g}")
+    if LOCUS["truth"] == "reference":
+        reference_error = normwise(truth, run(reference, LOW))
+        budget = LOCUS["k"] * reference_error + LOCUS["floor"]
+        print(f"  the op's error {error:.6g}, the reference's {reference_error:.6g} in {LOCUS['dtype']} "
+              f"(max abs error / max |float64 value|); budget {LOCUS['k']:g} x {reference_error:.6g} + "
+              f"{LOCUS['floor']:.6g} = {budget:.6g}")
+    else:
+        budget = LOCUS["budget"]
+        print(f"  the op's error {error:.6g} (max abs error / max |float64 value|), tolerance {budget:.6g}")
+    if not error <= budget:
+        print("  over budget: the bug is still there")
+        sys.exit(1)
+    print("  within budget")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+_BODIES = {"derivative": _DERIVATIVE, "compare": _COMPARE, "precision": _PRECISION}
