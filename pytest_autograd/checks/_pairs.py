@@ -126,7 +126,9 @@ def _fail(context, found):
     first = found[0]
     context.fail(first.summary, worst=first.mismatch.worst(first.what), error=first.mismatch.error_line(),
                  hint=first.hint, evidence=[e for finding in found for e in finding.evidence],
-                 details=[finding.also_line() for finding in found[1:]], locus=first.locus, **first.fields)
+                 details=[finding.also_line() for finding in found[1:]], locus=first.locus,
+                 also=[{"argument": f.fields.get("argument"), "output": f.fields.get("output"),
+                        "worst": f.mismatch.worst(f.what), "locus": f.locus} for f in found[1:]], **first.fields)
 
 
 def _grad_hint(expected, got):

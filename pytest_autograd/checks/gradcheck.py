@@ -71,6 +71,8 @@ class GradCheck(Check):
                     hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error) else
                           derivative_hint(error, has_backward=context.case.is_function)),
                     locus=derivative_locus(error, context, prepared, order=1),
+                    also=[{"argument": other.argument, "output": other.output, "worst": other.worst(),
+                           "locus": derivative_locus(other, context, prepared, order=1)} for other in error.others],
                 )
 
 

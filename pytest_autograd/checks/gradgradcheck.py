@@ -122,18 +122,25 @@ class GradGradCheck(Check):
                              error=error.error_line(), evidence=error.evidence, details=derivative_details(error),
                              hint=(_saved_intermediate(error, context, prepared, outputs, differentiable, leaves)
                                    or NOT_DIFFERENTIABLE_HINT.format(name=error.argument)),
-                             locus=derivative_locus(error, context, prepared, order=2,
-                                                    first_cotangents=leaves[len(prepared.leaves):],
-                                                    differentiable=differentiable))
+                             **_loci(error, context, prepared, leaves, differentiable))
             context.fail(
                 f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the numerical one",
                 output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
                 details=derivative_details(error),
                 evidence=error.evidence + [e for other in error.others for e in other.evidence],
                 hint=_mismatch_hint(error, context, prepared, outputs, differentiable, leaves),
-                locus=derivative_locus(error, context, prepared, order=2, first_cotangents=leaves[len(prepared.leaves):],
-                                       differentiable=differentiable),
+                **_loci(error, context, prepared, leaves, differentiable),
             )
+
+
+def _loci(error, context, prepared, leaves, differentiable):
+    """The report's locus (and its other wrong arguments'), for a script that recomputes them."""
+    def locus(found):
+        return derivative_locus(found, context, prepared, order=2, first_cotangents=leaves[len(prepared.leaves):],
+                                differentiable=differentiable)
+
+    return {"locus": locus(error), "also": [{"argument": other.argument, "output": other.output,
+                                             "worst": other.worst(), "locus": locus(other)} for other in error.others]}
 
 
 def _mismatch_hint(error, context, prepared, outputs, differentiable, leaves):

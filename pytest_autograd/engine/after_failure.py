@@ -21,10 +21,10 @@ def follow_up(check, context, failure, name):
     if options is None or not options.repro_dir or report.sample is None or report.worst is None:
         return
     sample = shrunk.sample if shrunk is not None else context.case.samples[report.sample]
-    source = shrunk.failure.report if shrunk is not None else report
+    locus = shrunk.locus if shrunk is not None else report.locus
     try:
-        path, why_not = write_repro(options.repro_dir, name, context.case, sample, source, context.device,
-                                    report.nodeid or name)
+        path, why_not = write_repro(options.repro_dir, name, context.case, sample, locus, report,
+                                    context.device, report.nodeid or name)
     except Exception as error:  # noqa: BLE001 - a script must never hide the failure it reproduces
         path, why_not = None, f"{type(error).__name__}: {error}"
     if path is not None:

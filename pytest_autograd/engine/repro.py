@@ -26,10 +26,9 @@ from pytest_autograd.engine.modules import ModuleFunction
 _TORCH_NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft")
 
 
-def write_repro(directory, stem, case, sample, report, device, title):
-    """Write the script and its tensors for ``report`` (a failure on ``sample``); return the script's path, or a
-    sentence saying why no script could be written."""
-    locus = report.locus
+def write_repro(directory, stem, case, sample, locus, report, device, title):
+    """Write the script and its tensors for ``report``'s failure, recomputed on ``sample`` where ``locus`` says
+    (see checks/_loci.py); return (the script's path, None), or (None, a sentence saying why there is none)."""
     if locus is None:
         return None, "no script for this kind of failure (it holds no single element to recompute)"
     if locus["kind"] == "compare" and locus.get("expected_fn") is None:

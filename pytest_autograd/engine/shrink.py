@@ -51,30 +51,37 @@ def shrinkable(check, report):
     return bool(wanted) and report.sample is not None and report.worst is not None
 
 
-ALL_OUTPUTS = "all outputs"  # what a derivative report names when a cotangent over every output found the error
-
-
-def failure_kind(report):
-    """What makes two failures the same: check, argument, dtype, and the summary's and hint's words.
-
-    The output is compared apart (:func:`same_failure`): a large input is judged along a cotangent over all
-    outputs, a small one output by output, and both name the same bug.
-    """
+def failure_words(report):
+    """The summary's and hint's words: numbers, and the names of the report's own argument and output, left out."""
     def words(text):
         if text is None:
             return None
-        if report.output:
-            text = text.replace(report.output, "<output>")
+        for name in (report.argument, report.output):
+            if name:
+                text = text.replace(f"`{name}`", "`<name>`").replace(name, "<name>")
         return _NUMBER.sub("#", text)
 
-    return (report.check, words(report.summary), report.argument, report.dtype, words(report.hint),
-            report.error is None)
+    return words(report.summary), words(report.hint)
 
 
-def same_failure(report, other):
-    """Whether ``other`` fails as ``report`` does (see :func:`failure_kind`), naming the same output."""
-    outputs = {report.output, other.output}
-    return failure_kind(report) == failure_kind(other) and (len(outputs) == 1 or ALL_OUTPUTS in outputs)
+def same_failure(original, candidate):
+    """Whether ``candidate`` (a Report) fails as ``original`` did: the same check, dtype and kind of mismatch, and
+    the original's argument (or output) among those it names as wrong.
+
+    When several arguments are wrong, which one is worst may change with the sample; the one first reported
+    must still be wrong, in the same way (the same summary and, when it is still the worst, the same hint).
+    """
+    if (candidate.check, candidate.dtype, candidate.error is None) != \
+            (original.check, original.dtype, original.error is None):
+        return False
+    if candidate.about(original.argument, original.output) is None:
+        return False
+    summary, hint = failure_words(original)
+    got_summary, got_hint = failure_words(candidate)
+    if candidate.argument == original.argument and candidate.output == original.output or \
+            (original.argument is not None and candidate.argument == original.argument):
+        return (summary, hint) == (got_summary, got_hint)
+    return summary == got_summary
 
 
 @dataclass
@@ -83,6 +90,8 @@ class Shrunk:
 
     sample: Sample
     failure: object  # the CheckFailure on ``sample``
+    worst: str  # the worst element there of the argument (or output) the original failure names
+    locus: dict  # and where it comes from (checks/_loci.py), for a script
     original_shapes: dict
     shapes: dict
     seconds: float
@@ -94,7 +103,7 @@ class Shrunk:
         return {
             "shapes": {name: list(shape) for name, shape in self.shapes.items()},
             "original": {name: list(shape) for name, shape in self.original_shapes.items()},
-            "worst": self.failure.report.worst,
+            "worst": self.worst,
             "values": values_text(self.sample, self.names),
             "seconds": round(self.seconds, 3),
             "attempts": self.attempts,
@@ -124,8 +133,10 @@ def shrink(check, context, failure, seconds=DEFAULT_SHRINK_SECONDS):
     if search.best is original:
         return None
     names = argument_names(context.case, original)
-    return Shrunk(search.best, search.best_failure, shapes_of(original, names), shapes_of(search.best, names),
-                  time.monotonic() - search.start, search.attempts, not search.expired, names)
+    worst, locus = search.best_failure.report.about(report.argument, report.output)
+    return Shrunk(search.best, search.best_failure, worst, locus, shapes_of(original, names),
+                  shapes_of(search.best, names), time.monotonic() - search.start, search.attempts,
+                  not search.expired, names)
 
 
 class _OutOfTime(Exception):

@@ -121,8 +121,19 @@ def _run_seeded(item, spec, device, settings, check, seed):
         position = notes.count()
         follow_up(check, context, failure, picture_name(where))
         notes.forget_since(position)  # the shrinking runs' notes are not this item's
+        failure.report.repro = shown_path(failure.report.repro, item.config.invocation_params.dir)
         attach_picture(failure.report, item.config, where)
         _fail(failure, rerun, where, seed)
+
+
+def shown_path(path, directory):
+    """``path`` relative to where pytest was started when it lies below it (shorter to read and to paste)."""
+    if path is None:
+        return None
+    try:
+        return os.path.relpath(path, directory) if not os.path.relpath(path, directory).startswith("..") else path
+    except ValueError:  # another drive
+        return path
 
 
 def show_notes(item, texts):

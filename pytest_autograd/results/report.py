@@ -33,6 +33,23 @@ class Report:
     evidence: list = field(default_factory=list, repr=False, compare=False)
     # Where the numbers come from (checks/_loci.py), for the reproducing script; never rendered as text.
     locus: dict = field(default=None, repr=False, compare=False)
+    # The other wrong arguments or outputs, each {"argument", "output", "worst", "locus"}; rendered through
+    # ``details`` ("also ..." lines), kept here so a shrunk sample can be matched argument by argument.
+    also: list = field(default_factory=list, repr=False, compare=False)
+
+    def wrong(self):
+        """Every wrong (argument, output) the report names, its own first."""
+        return [(self.argument, self.output)] + [(entry.get("argument"), entry.get("output")) for entry in self.also]
+
+    def about(self, argument, output):
+        """(worst element line, locus) of the named wrong argument or output; None if the report does not name it."""
+        if (self.argument, self.output) == (argument, output) or (argument is not None and self.argument == argument):
+            return self.worst, self.locus
+        for entry in self.also:
+            if (entry.get("argument"), entry.get("output")) == (argument, output) or \
+                    (argument is not None and entry.get("argument") == argument):
+                return entry.get("worst"), entry.get("locus")
+        return None
 
     def render(self):
         where = [f"check {self.check}"]
@@ -66,7 +83,9 @@ class Report:
 
     def to_dict(self):
         """The report's text fields, for JSON records (the evidence tensors and the locus stay out)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("evidence", "locus")}
+        found = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("evidence", "locus", "also")}
+        found["also"] = [{key: entry.get(key) for key in ("argument", "output", "worst")} for entry in self.also]
+        return found
 
 
 def shape_text(shape):
