@@ -29,9 +29,10 @@ class Finding:
 
     def also_line(self):
         worst = self.mismatch.worst(self.what)
+        name = f"w.r.t. `{self.fields['argument']}`" if "argument" in self.fields else self.what
         if self.mismatch.problem:
-            return f"also {self.what}: {worst}"
-        return f"also {self.what}: {worst}; {self.mismatch.bad} of {self.mismatch.numel} elements differ"
+            return f"also {name}: {worst}"
+        return f"also {name}: {worst}; {self.mismatch.bad} of {self.mismatch.numel} elements differ"
 
 
 def compare_runs(context, expected_side, got_side, expected_label, got_label, roles=None):
