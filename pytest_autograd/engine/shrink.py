@@ -40,6 +40,9 @@ from pytest_autograd.engine.running import run_check
 # same wrong number. A check of another author opts in with ``shrinkable = True`` on its class.
 SHRINKABLE = frozenset({"gradcheck", "gradgradcheck", "reference", "parity", "sizes", "precision"})
 VALUES_MAX_ELEMENTS = 64  # tensors up to this size get their values simplified too
+# A candidate started before the budget ran out may take this long (a first small-sample run pays one-time costs,
+# such as torch's batched backward warming up), so a busy machine does not stop every candidate half-way.
+CANDIDATE_FLOOR_SECONDS = 2.0
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
@@ -56,9 +59,10 @@ def failure_words(report):
     def words(text):
         if text is None:
             return None
-        for name in (report.argument, report.output):
-            if name:
-                text = text.replace(f"`{name}`", "`<name>`").replace(name, "<name>")
+        if report.argument:
+            text = text.replace(f"`{report.argument}`", "`<argument>`")  # reports quote arguments
+        if report.output:
+            text = re.sub(rf"(?<![\w`]){re.escape(report.output)}(?![\w`])", "<output>", text)
         return _NUMBER.sub("#", text)
 
     return words(report.summary), words(report.hint)
@@ -172,8 +176,9 @@ class _Search:
         self.attempts += 1
         case = dataclasses.replace(self.context.case, samples=[candidate])
         options = self.context.case.run_options or RunOptions()
-        limit = left if not options.seconds else min(left, options.seconds)
-        case.run_options = dataclasses.replace(options, seconds=max(limit, 0.05), bench=None)
+        limit = max(left, CANDIDATE_FLOOR_SECONDS)
+        limit = limit if not options.seconds else min(limit, options.seconds)
+        case.run_options = dataclasses.replace(options, seconds=limit, bench=None, repro_dir=None)
         attempt = CheckContext(self.context.check_name, case, self.context.device, self.context.seed)
         try:
             with warnings.catch_warnings():
