@@ -22,6 +22,10 @@ def test_linear():
 """
 
 
+# Tests that assert what shrinking finds give it room, so a busy machine cannot cut it short.
+ROOMY = "--autograd-shrink=120"
+
+
 def shrunk_shapes(text):
     """{name: shape} of the first "shrunk: reproduces at ..." line."""
     line = re.search(r"shrunk: reproduces at (.*?) instead of", text).group(1)
@@ -31,7 +35,7 @@ def shrunk_shapes(text):
 
 def test_a_failing_sample_is_shrunk_and_the_report_shows_both_shapes(pytester, run_pytest):
     pytester.makepyfile(test_ops=LINEAR)
-    result = run_pytest("--autograd-checks=gradcheck")
+    result = run_pytest("--autograd-checks=gradcheck", ROOMY)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "  rerun: *",
@@ -65,7 +69,7 @@ class MatmulWrongSecondGrad(torch.autograd.Function):
 def test_matmul():
     return [(torch.randn(6, 20), torch.randn(20, 9))]
 """)
-    result = run_pytest("--autograd-checks=gradcheck")
+    result = run_pytest("--autograd-checks=gradcheck", ROOMY)
     result.assert_outcomes(failed=1)
     shapes = shrunk_shapes(result.stdout.str())
     assert shapes["a"][1] == shapes["b"][0], shapes  # the inner dimension, shared, shrank as one
@@ -158,7 +162,7 @@ def run_script(path, cwd):
 
 def test_the_repro_script_runs_in_a_fresh_interpreter_and_shows_the_reports_numbers(pytester, run_pytest, tmp_path):
     pytester.makepyfile(test_ops=LINEAR)
-    result = run_pytest("--autograd-checks=gradcheck,reference", "--autograd-repro=repro")
+    result = run_pytest("--autograd-checks=gradcheck,reference", "--autograd-repro=repro", ROOMY)
     result.assert_outcomes(failed=2)
     text = result.stdout.str()
     result.stdout.fnmatch_lines(["  repro: python repro/test_ops.py-test_linear-gradcheck-cpu.py",
@@ -200,7 +204,7 @@ def test_the_repro_script_of_a_correct_op_exits_0(tmp_path):
 def test_a_second_derivative_and_a_precision_failure_get_scripts_too(tmp_path):
     from reference_ops.known_patterns import GeluSavesCdf
 
-    (outcome,) = run_checks(GeluSavesCdf, torch.randn(4, 5), checks=["gradgradcheck"], repro=tmp_path)
+    (outcome,) = run_checks(GeluSavesCdf, torch.randn(4, 5), checks=["gradgradcheck"], repro=tmp_path, shrink=120)
     numbers = re.search(r"worst element there: (.*): expected (\S+) \(numerical\), got (\S+)", outcome.detail)
     done = run_script(tmp_path / "GeluSavesCdf-gradgradcheck-cpu.py", tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -239,7 +243,7 @@ def test_scale():
 
 def test_the_json_record_carries_the_shrunk_shapes_and_the_script(pytester, run_pytest):
     pytester.makepyfile(test_ops=LINEAR)
-    run_pytest("--autograd-checks=gradcheck", "--autograd-repro=repro", "--autograd-json=record.json")
+    run_pytest("--autograd-checks=gradcheck", "--autograd-repro=repro", "--autograd-json=record.json", ROOMY)
     (record,) = json.loads((pytester.path / "record.json").read_text())["records"]
     failure = record["failure"]
     assert failure["shrunk"]["original"] == {"input": [24, 40], "weight": [16, 40], "bias": [16]}
@@ -252,7 +256,7 @@ def test_run_checks_shrinks_too_and_keeps_the_shrinking_runs_notes_out(tmp_path)
     from reference_ops.buggy import LinearGradInputWrong
 
     sample = Sample(torch.randn(9, 12), torch.randn(7, 12), torch.randn(7))
-    (outcome,) = run_checks(LinearGradInputWrong, samples=sample, checks=["gradcheck"])
+    (outcome,) = run_checks(LinearGradInputWrong, samples=sample, checks=["gradcheck"], shrink=120)
     assert outcome.report.shrunk is not None and "shrunk: reproduces at input: " in outcome.detail
     assert outcome.report.shrunk["original"]["input"] == [9, 12]
     (unshrunk,) = run_checks(LinearGradInputWrong, samples=sample, checks=["gradcheck"], shrink=0)

@@ -53,7 +53,7 @@ CORE_OPTIONS = {
 
 
 DEFAULT_SECONDS = 300.0  # each check's time budget unless the caller sets one (see engine/budget.py)
-DEFAULT_SHRINK_SECONDS = 5.0  # the time a failing sample may be shrunk for (see engine/shrink.py)
+DEFAULT_SHRINK_SECONDS = 10.0  # the time a failing sample may be shrunk for (see engine/shrink.py)
 
 
 @dataclass

@@ -42,7 +42,7 @@ SHRINKABLE = frozenset({"gradcheck", "gradgradcheck", "reference", "parity", "si
 VALUES_MAX_ELEMENTS = 64  # tensors up to this size get their values simplified too
 # A candidate started before the budget ran out may take this long (a first small-sample run pays one-time costs,
 # such as torch's batched backward warming up), so a busy machine does not stop every candidate half-way.
-CANDIDATE_FLOOR_SECONDS = 2.0
+CANDIDATE_FLOOR_SECONDS = 5.0
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
