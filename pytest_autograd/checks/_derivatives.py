@@ -24,6 +24,7 @@ from pytest_autograd.checks._numerical import (
     with_others,
     worst_of,
 )
+from pytest_autograd.checks._patterns import mark_nonlinear
 from pytest_autograd.checks._probing import probing
 from pytest_autograd.engine.execution import grads_of, random_cotangents
 from pytest_autograd.results.compare import fmt_index
@@ -59,6 +60,8 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
                            notes)
     else:
         found = probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes)
+        if found is not None:  # probes judge one cotangent: say when backward is not even linear in it
+            mark_nonlinear(found, _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol))
     if found is None:
         found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol)
     return found
@@ -86,7 +89,7 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
             strategy="negated random cotangent; the gradient for -grad_output must be minus the gradient for "
                      "grad_output, so backward is not linear in grad_output (e.g. right only for positive "
                      "grad_outputs)",
-            argument_grad_all_zero=False, numerical_nonzero=True,
+            argument_grad_all_zero=False, numerical_nonzero=True, expected_label="minus the one for grad_output",
             locus={"cotangents": [None if c is None else c.detach().clone() for c in cotangents], "negated": True,
                    "leaf": j, "element": unravel(e, leaf.shape)},
         ))

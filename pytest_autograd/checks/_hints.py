@@ -2,7 +2,7 @@
 
 import math
 
-from pytest_autograd.checks._patterns import pattern_hint
+from pytest_autograd.checks._patterns import NONLINEAR_HINT, pattern_hint
 
 
 def derivative_hint(error, has_backward=True):
@@ -16,8 +16,7 @@ def derivative_hint(error, has_backward=True):
                 "depends on it: check the order of the gradients backward returns and ctx.needs_input_grad indexing; "
                 f"if `{error.argument}` is a constant, declare it: constants=('{error.argument}',) on the marker")
     if "not linear in grad_output" in error.strategy:
-        return ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale "
-                "with grad_output, including negative values")
+        return NONLINEAR_HINT
     if "kink element moved together" in error.strategy:
         return ("the gradients of tied elements add up to more (or less) than the derivative along them: a tie rule "
                 "that gives every tied element the full gradient; share it (divide by the number of ties) or give "

@@ -35,9 +35,10 @@ class DerivativeError:
     # Where the numbers come from, so a script can recompute them (see engine/repro.py): which leaf, element,
     # output row or cotangent, direction.
     locus: dict = None
+    expected_label: str = "numerical"  # what the expected value is
 
     def worst(self):
-        return f"{self.element}: expected {fmt(self.expected)} (numerical), got {fmt(self.got)} (analytical)"
+        return f"{self.element}: expected {fmt(self.expected)} ({self.expected_label}), got {fmt(self.got)} (analytical)"
 
     def error_line(self):
         return f"abs error {fmt(self.abs_error)} > tolerance {fmt(self.tolerance)} ({self.strategy})"

@@ -19,7 +19,8 @@ SINGLE_MIN_ELEMENTS = 4  # "only one element is wrong" needs enough elements for
 
 @dataclass
 class Pattern:
-    """``kind``: "factor" (got = factor x expected at every element) or "single" (one element wrong, the rest right)."""
+    """``kind``: "factor" (got = factor x expected at every element), "single" (one element wrong, the rest right)
+    or "nonlinear" (backward(-v) is not -backward(v))."""
 
     kind: str
     factor: float = None
@@ -57,6 +58,21 @@ def jacobian_pattern(numerical, analytical, atol, rtol, excluded, element_label)
     return None
 
 
+NONLINEAR_HINT = ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale with grad_output, "
+                  "including negative values")
+
+
+def mark_nonlinear(found, negated):
+    """Give each argument of ``found`` (and its others) that ``negated`` (the -grad_output comparison's error, or
+    None) shows not linear in grad_output that pattern."""
+    if negated is None:
+        return
+    nonlinear = {error.argument for error in [negated] + negated.others}
+    for error in [found] + found.others:
+        if error.argument in nonlinear:
+            error.pattern = Pattern("nonlinear")
+
+
 def describe_factor(factor):
     return FACTORS.get(factor, f"{factor:g}x")
 
@@ -70,11 +86,10 @@ def pattern_hint(pattern, argument):
     if pattern.kind == "factor":
         return (f"the analytical gradient is {describe_factor(pattern.factor)} the numerical one at every element "
                 f"of `{argument}`: a constant factor is off")
+    if pattern.kind == "nonlinear":
+        return NONLINEAR_HINT
     if pattern.kind == "single":
         return (f"only {pattern.element} is wrong; every other element of `{argument}`'s gradient matches: an "
                 "indexing or boundary slip (the last element, a tile's edge, a loop bound), not the formula")
     return None
 
-
-def as_tensor(value):
-    return torch.tensor([float(value)], dtype=torch.float64)

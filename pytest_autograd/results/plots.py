@@ -159,4 +159,5 @@ def _title(report):
                          ("argument", report.argument), ("output", report.output)):
         if value is not None:
             parts.append(f"{label}: {value}")
-    return f"{report.summary}\n{', '.join(parts)}"
+    drawn = "" if len(report.evidence) <= MAX_PANELS else f" (the first {MAX_PANELS} of {len(report.evidence)} drawn)"
+    return f"{report.summary}{drawn}\n{', '.join(parts)}"
