@@ -15,7 +15,12 @@ def follow_up(check, context, failure, name):
     item's name for the script's file (e.g. ``test_ops.py-test_linear-gradcheck-cpu``)."""
     report = failure.report
     options = context.case.run_options
-    shrunk = shrink(check, context, failure, options.shrink_seconds) if options is not None else None
+    try:
+        shrunk = shrink(check, context, failure, options.shrink_seconds) if options is not None else None
+    except Exception as error:  # noqa: BLE001 - shrinking must never hide the failure: the original sample stands
+        shrunk = None
+        report.details.append(f"shrinking: stopped by {type(error).__name__}: {error}; the sample above is the "
+                              "original")
     if shrunk is not None:
         report.shrunk = shrunk.as_dict()
     if options is None or not options.repro_dir or report.sample is None or report.worst is None:

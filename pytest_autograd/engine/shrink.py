@@ -82,8 +82,9 @@ def same_failure(original, candidate):
         return False
     summary, hint = failure_words(original)
     got_summary, got_hint = failure_words(candidate)
-    if candidate.argument == original.argument and candidate.output == original.output or \
-            (original.argument is not None and candidate.argument == original.argument):
+    still_first = candidate.argument == original.argument and \
+        (original.argument is not None or candidate.output == original.output)
+    if still_first:
         return (summary, hint) == (got_summary, got_hint)
     return summary == got_summary
 
@@ -101,6 +102,7 @@ class Shrunk:
     seconds: float
     attempts: int
     complete: bool  # False: the budget ran out before every move was tried
+    names: dict = dataclasses.field(default_factory=dict)  # slot -> argument name
 
     def as_dict(self):
         """The report's ``shrunk`` field (see results/report.py)."""
@@ -114,8 +116,6 @@ class Shrunk:
             "complete": self.complete,
             "note": None if self.complete else "shrinking stopped at its time budget; a smaller one may exist",
         }
-
-    names: dict = dataclasses.field(default_factory=dict)
 
 
 def shrink(check, context, failure, seconds=DEFAULT_SHRINK_SECONDS):
@@ -261,7 +261,8 @@ def _resized(sample, size, new, ints):
         if ints and _int_like(value) == size:
             return new
         if ints and isinstance(value, (tuple, list)) and any(_int_like(v) == size for v in value):
-            return type(value)(new if _int_like(v) == size else v for v in value)
+            items = [new if _int_like(v) == size else v for v in value]
+            return value._make(items) if hasattr(value, "_make") else type(value)(items)  # a namedtuple too
         return value
 
     return sample.replace(args=[resize(a) for a in sample.args], kwargs={k: resize(v) for k, v in sample.kwargs.items()})
