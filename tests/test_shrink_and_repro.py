@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from pytest_autograd import Sample, run_checks
+from pytest_autograd.engine.case import build_case
+from pytest_autograd.engine.repro import write_repro
 from pytest_autograd.engine.shrink import same_failure, targets
 from pytest_autograd.results.report import Report
 
@@ -261,3 +263,19 @@ def test_run_checks_shrinks_too_and_keeps_the_shrinking_runs_notes_out(tmp_path)
     assert outcome.report.shrunk["original"]["input"] == [9, 12]
     (unshrunk,) = run_checks(LinearGradInputWrong, samples=sample, checks=["gradcheck"], shrink=0)
     assert unshrunk.report.shrunk is None
+
+
+def test_a_parity_script_compares_the_op_on_two_devices(tmp_path):
+    # No GPU needed to check the script's parity path: the same op on the CPU twice agrees with itself.
+    from reference_ops.buggy import LinearWeightGradTransposed
+
+    sample = (torch.randn(2, 3), torch.randn(4, 3), torch.randn(4))
+    (outcome,) = run_checks(LinearWeightGradTransposed, *sample, reference=torch.nn.functional.linear,
+                            checks=["reference"], shrink=0)
+    locus = dict(outcome.report.locus, expected_fn=("op", "op"), devices=("cpu", "cpu"),
+                 expected_label="cpu", got_label="cpu")
+    case = build_case({"op": LinearWeightGradTransposed}, [Sample(*sample)])
+    script, why_not = write_repro(tmp_path, "parity", case, case.samples[0], locus, outcome.report, "cpu", "parity")
+    assert why_not is None
+    done = run_script(script, tmp_path)
+    assert done.returncode == 0 and "they agree" in done.stdout, done.stdout + done.stderr

@@ -142,8 +142,10 @@ def _paste_note(name, fn):
     what = _kind_of(fn)
     where = _defined_at(fn)
     source = _source_lines(fn)
+    binding = (f"then bind `{name} = {fn.__name__}.apply`" if inspect.isclass(fn) and issubclass(fn, torch.autograd.Function)
+               else f"binding it to the name `{name}`")
     lines = [f"# `{name}` is {what}{where}, which a script cannot import: paste its definition here,",
-             f"# binding it to the name `{name}` (and the imports it needs)."]
+             f"# {binding} (and the imports it needs)."]
     if source:
         lines.append("# Its source:")
         lines += [f"#     {line}" for line in source]
