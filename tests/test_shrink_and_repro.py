@@ -279,3 +279,16 @@ def test_a_parity_script_compares_the_op_on_two_devices(tmp_path):
     assert why_not is None
     done = run_script(script, tmp_path)
     assert done.returncode == 0 and "they agree" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_module_op_is_pickled_beside_its_script(tmp_path):
+    from reference_ops.modules import FunctionLinearWeightGradTransposed
+
+    (outcome,) = run_checks(FunctionLinearWeightGradTransposed(6, 5), torch.randn(4, 6), checks=["gradcheck"],
+                            repro=tmp_path, shrink=120)
+    numbers = re.search(r"worst element there: (.*): expected (\S+) \(numerical\), got (\S+)", outcome.detail)
+    script = tmp_path / "FunctionLinearWeightGradTransposed-gradcheck-cpu.py"
+    assert script.with_suffix(".modules.pt").is_file()
+    done = run_script(script, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0] == numbers.group(1) and f": {numbers.group(3)}" in done.stdout.splitlines()[2]

@@ -30,6 +30,8 @@ def write_repro(directory, stem, case, sample, locus, report, device, title):
     """Write the script and its tensors for ``report``'s failure, recomputed on ``sample`` where ``locus`` says
     (see checks/_loci.py); return (the script's path, None), or (None, a sentence saying why there is none)."""
     if locus is None:
+        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in list(sample.args) + list(sample.kwargs.values())):
+            return None, "complex arguments: the check differentiates their real views, which a script does not replay"
         return None, "no script for this kind of failure (it holds no single element to recompute)"
     if locus["kind"] == "compare" and locus.get("expected_fn") is None:
         return None, "no script for this comparison"
@@ -38,19 +40,23 @@ def write_repro(directory, stem, case, sample, locus, report, device, title):
     script, data = directory / f"{stem}.py", directory / f"{stem}.pt"
     saved, unsaved = _saveable(sample)
     payload = {"args": saved.args, "kwargs": saved.kwargs, **_tensors_of(locus)}
-    imports, op_lines = _callable_lines("op", case.op, payload, "module")
+    modules = {}  # nn.Modules, pickled whole in a file of their own: the sample's file stays weights-only
+    imports, op_lines = _callable_lines("op", case.op, modules)
     if _uses_reference(locus):
-        more, reference_lines = _callable_lines("reference", case.reference, payload, "reference_module")
+        more, reference_lines = _callable_lines("reference", case.reference, modules)
         imports += [line for line in more if line not in imports]
         op_lines += reference_lines
     torch.save(payload, data)
+    if modules:
+        torch.save(modules, directory / f"{stem}.modules.pt")
     text = _HEADER.format(title=title, summary=report.summary, check=report.check, shapes=_shapes(case, sample),
                           script=script)
-    text += "\n".join(["import sys", "from pathlib import Path", "", "import torch", ""] + imports + [""] + op_lines)
-    text += "\n\n" + "\n".join(f"# {line}" for line in unsaved) + ("\n" if unsaved else "")
-    text += _SETTINGS.format(device=device, locus=_plain(locus))
+    text += "\n".join(["import sys", "from pathlib import Path", "", "import torch", ""] + imports)
     if any(isinstance(fn, ModuleFunction) for fn in (case.op, case.reference)):
         text += _MODULE
+    text += "\n\n" + "\n".join(op_lines)
+    text += "\n\n" + "\n".join(f"# {line}" for line in unsaved) + ("\n" if unsaved else "")
+    text += _SETTINGS.format(device=device, locus=_plain(locus))
     text += _COMMON + _BODIES[locus["kind"]]
     script.write_text(text)
     return script, None
@@ -65,16 +71,16 @@ def _uses_reference(locus):
 # -- what the script calls -----------------------------------------------------------------------------------
 
 
-def _callable_lines(name, fn, payload, module_key):
-    """(import lines, definition lines) binding ``name`` to ``fn`` in the script."""
+def _callable_lines(name, fn, modules):
+    """(import lines, definition lines) binding ``name`` to ``fn`` in the script; modules go into ``modules``."""
     if isinstance(fn, ModuleFunction):
-        payload[module_key] = fn.module
+        modules[name] = fn.module
         cls = type(fn.module)
         imports = _path_line(cls.__module__)
         return imports, [
-            f"# {name}: an nn.Module ({cls.__qualname__}), saved whole beside this script; loading it imports its",
-            f"# class {cls.__module__}.{cls.__qualname__}, whose module must be importable.",
-            f"_{name}_module = torch.load(Path(__file__).with_suffix('.pt'), weights_only=False)[{module_key!r}]",
+            f"# {name}: an nn.Module ({cls.__qualname__}), pickled whole beside this script (.modules.pt); loading it",
+            f"# imports its class {cls.__module__}.{cls.__qualname__}, whose module must be importable.",
+            f"_{name}_module = torch.load(Path(__file__).with_suffix('.modules.pt'), weights_only=False)[{name!r}]",
             f"{name} = module_as_function(_{name}_module)",
         ]
     found = importable(fn)

@@ -376,4 +376,6 @@ def _literal(value):
         return "[" + ", ".join(_literal(v) for v in value) + "]"
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, complex):
+        return f"{value.real:.4g}{value.imag:+.4g}j"
     return repr(value)
