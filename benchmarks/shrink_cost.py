@@ -73,7 +73,7 @@ def main():
         off = timed_outcomes(op, sample, reference, 0)
         on = timed_outcomes(op, sample, reference, DEFAULT_SHRINK_SECONDS)
         for check in CHECKS:
-            (outcome_off, seconds_off), (outcome_on, seconds_on) = off[check], on[check]
+            (_, seconds_off), (outcome_on, seconds_on) = off[check], on[check]
             if outcome_on.status != "failed":
                 continue
             total_off, total_on = total_off + seconds_off, total_on + seconds_on

@@ -10,8 +10,6 @@ argument (probing strategy, see ``_probing``).
 
 from dataclasses import dataclass
 
-import torch
-
 FACTORS = {-1.0: "minus", 2.0: "twice", 0.5: "half", 3.0: "three times", 1 / 3: "a third of"}
 FACTOR_RTOL = 1e-3  # how close got / expected must be to a factor, relatively
 SINGLE_MIN_ELEMENTS = 4  # "only one element is wrong" needs enough elements for the others to say something

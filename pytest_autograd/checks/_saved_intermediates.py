@@ -31,7 +31,6 @@ class Freezer:
     def __init__(self):
         self.packed = None  # the graph-less tensors save_for_backward packed at the sample, in order
         self.attributes = None  # [(node number, name, value)] of graph-less ctx attributes at the sample
-        self.names = []  # where each was saved, for the hint
 
     def around_forward(self, run):
         recording = self.packed is None
