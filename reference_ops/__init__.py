@@ -12,6 +12,18 @@
   with no graph), their planted-bug twin, and a block built from them.
 * :mod:`reference_ops.model` -- a small transformer built from the ops above, for the model scan
   (with a planted bug behind a flag).
+* :mod:`reference_ops.sizes` -- tiled kernels right at power-of-two sizes and wrong at others (a last-block
+  mask, a grid with floor division, a split boundary, a squeezed batch of one), with correct twins;
+  :mod:`reference_ops.sizes_triton` -- a Triton kernel missing its last program (needs triton).
+* :mod:`reference_ops.low_precision_reductions`, :mod:`reference_ops.triton_layer_norm` -- bfloat16
+  layer norms whose weight gradients are summed in float32 or (the bug) bfloat16 partial buffers; the
+  Triton one refuses every dtype but bfloat16, and has a twin that reads a row-strided grad_output wrongly.
+* :mod:`reference_ops.mixed_precision` -- bfloat16 activations with float32 master weights, and a twin
+  returning the weight's gradient in bfloat16.
+* :mod:`reference_ops.memory_saving` -- a backward that writes the gradients into the saved inputs
+  (declared with ``mutates=``), and a twin with a wrong gradient.
+* :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
+  gradient away from ties.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -42,9 +54,9 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset(
-    {"buggy", "complex_ops", "extension", "fused", "model", "modules", "normalization", "state", "triton_ops"}
-)
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "fused", "low_precision_reductions",
+                              "memory_saving", "mixed_precision", "model", "modules", "normalization", "selection",
+                              "sizes", "sizes_triton", "state", "triton_layer_norm", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

@@ -9,7 +9,8 @@ followed at once by its own backward, and breaks only across calls:
 * rng: :class:`NoisyScaleOwnGenerator` / :class:`NoisyScaleReseedsGlobalRng`;
 * growth: :class:`WindowedScale` (a bounded cache) /
   :class:`ExpHistoryOnClass`, :class:`ScaleCachedByTensor`;
-* aliasing: :class:`ExpSavesOutput` / :class:`ExpKeepsDetachedOutput`,
+* aliasing: :class:`ExpSavesOutput`, :class:`RowScaleSavesReshapedView` (torch
+  refuses the change through its no_grad view) / :class:`ExpKeepsDetachedOutput`,
   :class:`ScaleKeepsInputAlias`;
 * mutation: :class:`ExpSavesOutput` / :class:`ExpBackwardWritesOutput`;
   :class:`PadDims` / :class:`PadDimsReversesPadsInPlace`;
@@ -27,6 +28,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch.autograd import Function
+from torch.autograd.function import once_differentiable
 
 __all__ = [
     "BatchNormTraining",
@@ -38,6 +40,7 @@ __all__ = [
     "NoisyScaleReseedsGlobalRng",
     "PadDims",
     "PadDimsReversesPadsInPlace",
+    "RowScaleSavesReshapedView",
     "ScaleCachedByTensor",
     "ScaleKeepsInputAlias",
     "SquareAccumulatesGradBuffer",
@@ -280,6 +283,33 @@ class ScaleKeepsInputAlias(Function):
         return grad_output * ctx.w, grad_output * x
 
 
+class RowScaleSavesReshapedView(Function):
+    """``x * w`` over rows, saving ``x.reshape(-1, n)`` as row-wise kernels do (a view made in no_grad mode).
+
+    A caller changing ``x`` in place after forward makes torch refuse backward
+    ("A view was created in no_grad mode and its base ... has been modified
+    inplace"), which is as right as the version counter's error.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w):
+        rows = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(rows, w)
+        ctx.shape = x.shape
+        return (rows * w).reshape(x.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        rows, w = ctx.saved_tensors
+        grad_rows = grad_output.reshape(rows.shape)
+        return (grad_rows * w).reshape(ctx.shape), (grad_rows * rows).sum(0)
+
+
+def row_scale_reference(x, w):
+    return x * w
+
+
 # ---------------------------------------------------------------------------
 # mutation of non-tensor arguments
 # ---------------------------------------------------------------------------
@@ -402,6 +432,10 @@ def _pad_samples(generator=None):
     return [(_randn(generator, 2, 3, 4), [1, 2, 0, 3]), (_randn(generator, 5), [2, 1])]
 
 
+def _row_scale_samples(generator=None):
+    return [(_randn(generator, 2, 3, 4), _randn(generator, 4)), (_randn(generator, 5, 3), _randn(generator, 3))]
+
+
 def _batch_norm_samples(generator=None):
     return [(_randn(generator, 6, 3), 1 + _randn(generator, 3) / 4, _randn(generator, 3), _randn(generator, 3),
              1 + torch.rand(3, generator=generator))]
@@ -415,6 +449,8 @@ STATE_EXAMPLES = {
     "windowed_scale": StateExample(WindowedScale, windowed_scale_reference, _one_input, {}),
     "exp_saves_output": StateExample(ExpSavesOutput, exp_reference, _one_input, {}),
     "pad_dims": StateExample(PadDims, pad_dims_reference, _pad_samples, {}),
+    "row_scale_saves_reshaped_view": StateExample(RowScaleSavesReshapedView, row_scale_reference, _row_scale_samples,
+                                                  {}),
     "batch_norm_training": StateExample(BatchNormTraining, batch_norm_reference, _batch_norm_samples,
                                         BATCH_NORM_OPTIONS),
 }

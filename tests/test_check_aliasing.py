@@ -75,3 +75,48 @@ def test_aliasing_passes_saved_tensors_random_ops_and_in_place_ops(pytester, run
             return [(torch.randn(3, 4),)]
     """)
     result.assert_outcomes(passed=6)
+
+
+def test_aliasing_takes_torchs_refusal_through_a_view_saved_in_no_grad_mode_as_a_refusal(pytester, run_pytest):
+    # x.reshape(-1, n) saved in forward is a view made in no_grad mode: changing x in place afterwards makes
+    # backward raise "A view was created in no_grad mode and its base ... has been modified inplace".
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+        from reference_ops.state import RowScaleSavesReshapedView
+
+        @pytest.mark.autograd_op(op=RowScaleSavesReshapedView)
+        def test_row_scale():
+            return [(torch.randn(2, 3, 4), torch.randn(4))]
+    """)
+    result.assert_outcomes(passed=1)
+
+
+def test_torchs_in_place_refusals_are_recognised_and_other_errors_are_not():
+    import torch
+
+    from pytest_autograd.checks.aliasing import is_refusal
+
+    def base_changed_under_a_no_grad_view():
+        x = torch.randn(4, requires_grad=True).clone()
+        with torch.no_grad():
+            view = x.view(2, 2)
+        x.mul_(2)
+        view.sum().backward()
+
+    def saved_output_changed():
+        y = torch.randn(3, requires_grad=True).exp()
+        y.mul_(2)
+        y.sum().backward()
+
+    def view_of_a_leaf_changed():
+        torch.randn(3, requires_grad=True)[:2].mul_(2)
+
+    errors = []
+    for action in (base_changed_under_a_no_grad_view, saved_output_changed, view_of_a_leaf_changed):
+        try:
+            action()
+        except RuntimeError as error:
+            errors.append(error)
+    assert len(errors) == 3 and all(is_refusal(error) for error in errors), errors
+    assert not is_refusal(RuntimeError("The size of tensor a (3) must match the size of tensor b (4)"))
+    assert not is_refusal(ValueError("modified by an inplace operation"))

@@ -36,7 +36,7 @@ def test_grad_metadata_fails_a_float64_op_whose_backward_returns_float32(pyteste
         "silently: the float64 gradient then carries only float32 precision"),
         "*check grad_metadata, device cpu, dtype float64, sample 0",
         "*argument: input",
-        "*raw gradient: float32[[]3, 4[]] on cpu; input: float64[[]3, 4[]] on cpu",
+        "*raw gradient: float32[[]3, 4[]] on cpu, returned by Linear's backward; input: float64[[]3, 4[]] on cpu",
         "*hint: compute the gradient in the input's dtype*",
     ])
 
@@ -129,3 +129,108 @@ def test_gated():
     return [tuple(t.double() for t in sample) for sample in gated_samples()]
 """)
     run_pytest("--autograd-checks=grad_metadata").assert_outcomes(passed=1)
+
+
+MIXED = """
+import pytest, torch
+from reference_ops.mixed_precision import *
+
+@pytest.mark.autograd_op(op={op}, reference=mixed_linear_reference{extra})
+def test_linear():
+    return mixed_linear_samples(torch.Generator().manual_seed(0))
+"""
+
+
+def test_grad_metadata_fails_a_bfloat16_gradient_returned_for_a_float32_master_weight(pytester, run_pytest):
+    # The engine casts it to float32 before anyone sees it; only the sample's own mixed dtypes show the bug.
+    result = run(pytester, run_pytest, MIXED.format(op="MixedPrecisionLinearBf16WeightGrad", extra=""))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ("backward returns the gradient of `weight` as bfloat16, but `weight` is float32; autograd casts it "
+         "silently: the float32 gradient then carries only bfloat16 precision"),
+        "  check grad_metadata, device cpu, dtype bfloat16, sample 0",
+        "  argument: weight",
+        ("  raw gradient: bfloat16[[]4, 8[]] on cpu, returned by MixedPrecisionLinearBf16WeightGrad's backward; "
+         "input: float32[[]4, 8[]] on cpu"),
+        "  hint: compute the gradient in the input's dtype*declare it on the marker: grad_casts=(\"weight\",)",
+    ], consecutive=True)
+
+
+def test_grad_metadata_passes_float32_gradients_of_float32_master_weights(pytester, run_pytest):
+    run(pytester, run_pytest, MIXED.format(op="MixedPrecisionLinear", extra="")).assert_outcomes(passed=1)
+
+
+def test_grad_casts_on_the_marker_allows_a_gradient_dtype_that_is_meant(pytester, run_pytest):
+    result = run(pytester, run_pytest, MIXED.format(op="MixedPrecisionLinearBf16WeightGrad",
+                                                    extra=", grad_casts=('weight', 'bias')"))
+    result.assert_outcomes(passed=1)
+    result = run(pytester, run_pytest, MIXED.format(op="MixedPrecisionLinearBf16WeightGrad",
+                                                    extra=", grad_casts=('bias',)"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["backward returns the gradient of `weight` as bfloat16, but `weight` is float32*"])
+
+
+def test_grad_casts_must_name_arguments(pytester, run_pytest):
+    result = run(pytester, run_pytest, MIXED.format(op="MixedPrecisionLinear", extra=", grad_casts=3"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*grad_casts= takes argument names (e.g. grad_casts=(\"weight\",)) or True, got 3.*"])
+
+
+def test_grad_metadata_reads_what_a_library_ops_registered_backward_returned(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        @torch.library.custom_op("grad_metadata_test::scale_rows", mutates_args=())
+        def scale_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return x * w
+
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        def backward(ctx, grad):
+            x, w = ctx.saved_tensors
+            return grad * w, (grad * x).sum(0).float()  # BUG: float32 for a float64 weight
+
+        scale_rows.register_autograd(backward, setup_context=setup_context)
+
+        @pytest.mark.autograd_op(op=torch.ops.grad_metadata_test.scale_rows)
+        def test_scale_rows():
+            return [(torch.randn(3, 4), torch.randn(4))]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "backward returns the gradient of `w` as float32, but `w` is float64; autograd casts it silently*",
+        "  check grad_metadata, device cpu, dtype float64, sample 0",
+        "  argument: w",
+        "  raw gradient: float32[[]4[]] on cpu, returned by torch.ops.grad_metadata_test.scale_rows's backward; *",
+    ], consecutive=True)
+
+
+def test_grad_metadata_reads_a_function_inside_a_wrapper(pytester, run_pytest):
+    # The op is a plain function calling a Function on a reshaped input: the raw gradient flows into the
+    # reshape, an intermediate tensor, and is named by its position among the Function's inputs.
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w):
+                ctx.save_for_backward(x, w)
+                return x * w
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, w = ctx.saved_tensors
+                return (grad * w).float(), grad * x  # BUG: float32 for a float64 input
+
+        def op(x, w):
+            return Scale.apply(x.reshape(-1, 4), w)
+
+        @pytest.mark.autograd_op(op=op)
+        def test_wrapped():
+            return [(torch.randn(2, 3, 4), torch.randn(4))]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "backward returns the gradient of input 0 of Scale as float32, but input 0 of Scale is float64; *",
+    ])

@@ -12,20 +12,27 @@ backward). Two strategies:
 
 Both always include a random, sign-mixed, non-unit cotangent, so a backward
 that is only right for positive grad_outputs fails, and both tell kinks
-(``_kinks``) from bugs by one-sided differences.
+(``_kinks``) from bugs by one-sided differences. A failure at a point where
+an argument holds tied values is judged again where selections cannot flip
+(``_ties``): along every tie group moved together, and at a tie-free point.
 """
+
+import torch
 
 from pytest_autograd.checks._jacobian import exhaustive
 from pytest_autograd.checks._kinks import KinkNotes
 from pytest_autograd.checks._numerical import (
     DerivativeError,
     Evaluator,
+    grads_again,
+    projected_difference,
     unravel,
     with_others,
     worst_of,
 )
 from pytest_autograd.checks._patterns import mark_nonlinear
 from pytest_autograd.checks._probing import probing
+from pytest_autograd.checks._ties import find_ties, group_direction, tie_free
 from pytest_autograd.engine.execution import grads_of, random_cotangents
 from pytest_autograd.results.compare import fmt_index
 
@@ -36,12 +43,13 @@ EXHAUSTIVE_LIMIT = 1024  # elements in and out below which the full Jacobian is 
 
 
 def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL, rtol=RTOL, eps=EPS,
-                          exhaustive_limit=EXHAUSTIVE_LIMIT, numerical_needs_grad=False, notes=None, outputs=None):
+                          exhaustive_limit=EXHAUSTIVE_LIMIT, numerical_needs_grad=False, notes=None, outputs=None,
+                          judge_ties=True):
     """Return the worst DerivativeError, or None when derivatives agree.
 
-    Kinks are added to ``notes`` (a KinkNotes), never reported as errors.
-    ``outputs``: ``fn(leaves)`` when the caller already has it (with its
-    graph), saving one evaluation.
+    Kinks and ties are added to ``notes`` (a KinkNotes), never reported as
+    errors. ``outputs``: ``fn(leaves)`` when the caller already has it (with
+    its graph), saving one evaluation.
     """
     outputs = fn(leaves) if outputs is None else outputs
     diff = [k for k, out in enumerate(outputs) if out.is_floating_point()]
@@ -55,6 +63,7 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     analytical = grads_of(outputs, leaves, cotangents, retain_graph=True)
     n_in = sum(leaf.numel() for leaf in leaves)
     n_out = sum(out.numel() for out in outputs)
+    probe_kinks = notes.probe_kinks
     if n_in <= exhaustive_limit and n_out <= exhaustive_limit:
         found = exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, analytical, atol, rtol, eps,
                            notes)
@@ -63,17 +72,83 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
         if found is not None:  # probes judge one cotangent: say when backward is not even linear in it
             mark_nonlinear(found, _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol))
     if found is None:
-        found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol)
+        found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
+    # A failure, or random probes let through at kinks, where ties may explain them: judged where none flips.
+    crossed = found is None and notes.probe_kinks > probe_kinks
+    if judge_ties and (crossed or (found is not None and not found.smooth)):
+        found = _around_ties(found, evaluator, outputs, cotangents, analytical, generator, names, output_names,
+                             notes, atol=atol, rtol=rtol, eps=eps, exhaustive_limit=exhaustive_limit,
+                             numerical_needs_grad=numerical_needs_grad)
     return found
 
 
-def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol):
+def _around_ties(found, evaluator, outputs, cotangents, analytical, generator, names, output_names, notes,
+                 **options):
+    """A failure (or None: probes passed at kinks) where arguments hold tied values, judged where no selection
+    flips; None (noted) when right there.
+
+    First at a tie-free point (a wrong gradient away from ties fails there,
+    naming its element), then along every tie group moved together at the
+    tied point (smooth there: the gradients of tied elements must add up).
+    No tie, or no safe tie-breaking step: ``found`` stands.
+    """
+    ties = find_ties(evaluator.base, names)
+    if not ties or (found is not None and found.at is not None and not ties.holds(*found.at)):
+        return found  # no tie, or the failing element is not tied: moving it alone flips no selection
+    atol, rtol, eps = options["atol"], options["rtol"], options["eps"]
+    moved = tie_free(evaluator.base, ties, generator, eps)
+    if moved is None:
+        return found
+    moved = [m.requires_grad_(True) for m in moved]
+    again = find_derivative_error(evaluator.fn, moved, names, output_names, generator, notes=notes,
+                                  judge_ties=False, **options)
+    if again is not None:
+        again.strategy += ("; at a tie-free point: the sample's tied values in " + ", ".join(
+            f"`{n}`" for n, c in zip(names, ties.counts) if c) + " moved apart by less than half the gap to any "
+            "other value, so no selection flips and the failure is not the tie's")
+        again.smooth = True
+        return again
+    along = _along_tie_groups(evaluator, outputs, cotangents, analytical, ties, generator, names, atol, rtol, eps)
+    if along is not None:
+        return along
+    notes.add_ties(ties.describe(names), found.worst() if found is not None else "random probes crossed them")
+    return None
+
+
+def _along_tie_groups(evaluator, outputs, cotangents, analytical, ties, generator, names, atol, rtol, eps):
+    """Every tie group moved rigidly: the projected central difference must match the analytical one there."""
+    direction = group_direction(evaluator.base, ties, generator)
+    f0 = [out.detach() for out in outputs]
+    scaled = lambda h: evaluator.at([h * d for d in direction])  # noqa: E731
+    plus, minus, half_plus, half_minus = scaled(eps), scaled(-eps), scaled(eps / 2), scaled(-eps / 2)
+    central = projected_difference(cotangents, plus, minus) / (2 * eps)
+    right = projected_difference(cotangents, plus, f0) / eps
+    left = projected_difference(cotangents, f0, minus) / eps
+    half = projected_difference(cotangents, half_plus, half_minus) / eps
+    expected = sum(float(torch.dot(a.detach().reshape(-1).to(torch.float64), d.reshape(-1).to(torch.float64)))
+                   for a, d in zip(analytical, direction))
+    tolerance = atol + rtol * abs(central)
+    smooth = abs(right - left) <= tolerance and abs(half - central) <= tolerance
+    if not smooth or abs(expected - central) <= tolerance:
+        return None
+    moved = [n for n, c in zip(names, ties.counts) if c]
+    return DerivativeError(
+        output="all outputs", argument=moved[0],
+        element=f"every tie group of {', '.join(f'`{n}`' for n in moved)} moved together",
+        expected=central, got=expected, abs_error=abs(expected - central), tolerance=tolerance,
+        strategy="each tie group moved rigidly at its own rate, a direction where no selection flips (left and "
+                 "right derivatives agree): the gradients of tied elements must add up to its derivative",
+        argument_grad_all_zero=False, numerical_nonzero=central != 0.0, smooth=True,
+    )
+
+
+def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator):
     """backward(-v) must be -backward(v): catches every sign-dependent backward.
 
     One random cotangent misses ``grad_output.clamp(min=0)`` whenever the few
     elements that matter happen to be positive; v and -v together never do.
     """
-    negated = grads_of(outputs, leaves, [None if c is None else -c for c in cotangents], retain_graph=True)
+    negated = grads_again(outputs, leaves, [None if c is None else -c for c in cotangents], evaluator)
     found = []
     for j, leaf in enumerate(leaves):
         expected = -analytical[j].detach().reshape(-1)
@@ -89,7 +164,8 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
             strategy="negated random cotangent; the gradient for -grad_output must be minus the gradient for "
                      "grad_output, so backward is not linear in grad_output (e.g. right only for positive "
                      "grad_outputs)",
-            argument_grad_all_zero=False, numerical_nonzero=True, expected_label="minus the one for grad_output",
+            argument_grad_all_zero=False, numerical_nonzero=True, smooth=True,
+            expected_label="minus the one for grad_output",
             locus={"cotangents": [None if c is None else c.detach().clone() for c in cotangents], "negated": True,
                    "leaf": j, "element": unravel(e, leaf.shape)},
         ))

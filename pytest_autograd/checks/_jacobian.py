@@ -13,6 +13,7 @@ import torch
 from pytest_autograd.checks._kinks import jump_mask, kink_mask
 from pytest_autograd.checks._numerical import (
     DerivativeError,
+    grads_again,
     index_label,
     pick,
     unravel,
@@ -31,7 +32,7 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
     """The worst DerivativeError over every Jacobian element, or None; kinks go to ``notes``."""
     f0 = [out.detach() for out in outputs]
     central, right, left = _numerical_jacobians(evaluator, f0, eps)
-    rows = _analytical_jacobians(outputs, evaluator.base, leaves, cotangents, analytical)
+    rows = _analytical_jacobians(outputs, evaluator.base, leaves, cotangents, analytical, evaluator)
     worst = None
     kinks = [kink_mask(central[k], right[k], left[k], rows[k], atol, rtol) for k in range(len(outputs))]
     jumps = _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps)
@@ -53,6 +54,7 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
                 argument_grad_all_zero=bool((ana == 0).all()), numerical_nonzero=bool((num != 0).any()),
                 evidence=[Evidence.of(f"d {output_names[k]} / d {name}", num, ana, (r, e), kind="jacobian")],
                 locus={"output": k, "row": unravel(r, output.shape), "leaf": j, "element": unravel(e, shape)},
+                at=(j, e),
             ))
     for j, found in per_argument.items():
         a, b = evaluator.offsets[j], evaluator.offsets[j + 1]
@@ -122,8 +124,11 @@ def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps):
     return masks
 
 
-def _analytical_jacobians(outputs, bases, leaves, cotangents, analytical):
-    """Per output: the analytical Jacobian (numel_out, numel_in), by one batched backward when possible."""
+def _analytical_jacobians(outputs, bases, leaves, cotangents, analytical, evaluator=None):
+    """Per output: the analytical Jacobian (numel_out, numel_in), by one batched backward when possible.
+
+    A backward that cannot run twice on one graph gets a fresh graph per row (``grads_again``).
+    """
     rows = _batched_rows(outputs, leaves, cotangents, analytical)
     if rows is not None:
         return rows
@@ -133,7 +138,8 @@ def _analytical_jacobians(outputs, bases, leaves, cotangents, analytical):
             # Contiguous, so that the flat view works for non-contiguous outputs (a transpose, a permute).
             basis = [torch.zeros(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
             basis[k].view(-1)[r] = 1.0
-            grads = grads_of(outputs, leaves, basis, retain_graph=True)
+            grads = grads_of(outputs, leaves, basis, retain_graph=True) if evaluator is None else \
+                grads_again(outputs, leaves, basis, evaluator)
             rows[k][r] = torch.cat([g.detach().reshape(-1) for g in grads]) if grads else rows[k][r]
     return rows
 
@@ -219,7 +225,7 @@ def _tied_direction(evaluator, f0, kinks, rows, outputs, output_names, names, co
             expected=expected, got=got, abs_error=error, tolerance=tol,
             strategy="every kink element moved together, a direction where the left and right derivatives agree: "
                      "the gradients of tied elements must add up to it",
-            argument_grad_all_zero=False, numerical_nonzero=expected != 0.0,
+            argument_grad_all_zero=False, numerical_nonzero=expected != 0.0, smooth=True,
             locus={"output": k, "row": unravel(r, output.shape), "leaf": j,
                    "direction": [part.clone() for part in evaluator.split(direction)]},
         ))
@@ -249,6 +255,7 @@ def _random_cotangent(evaluator, central, right, left, cotangents, analytical, n
             argument_grad_all_zero=bool((ana[a:b] == 0).all()), numerical_nonzero=bool((num[a:b] != 0).any()),
             locus={"cotangents": [None if c is None else c.detach().clone() for c in cotangents], "leaf": j,
                    "element": unravel(e, evaluator.base[j].shape)},
+            at=(j, e),
         ))
     return with_others(found)
 

@@ -44,6 +44,7 @@ class KinkNotes:
     """What was noted instead of failed, for the item's report."""
 
     lines: list = field(default_factory=list)
+    probe_kinks: int = 0  # random probes judged by their one-sided differences (they crossed kinks or ties)
 
     def flush(self, context):
         """Hand the lines noted so far to the check's context (the item's notes), and start afresh."""
@@ -65,7 +66,16 @@ class KinkNotes:
             "compare against; noted, not failed"
         )
 
+    def add_ties(self, ties, failure):
+        self.lines.append(
+            f"{ties}: at a tie a selection (top-k, sort, max, median, argmax) flips, so finite differences measure "
+            f"another selection than backward differentiates ({failure}); judged instead along every tie group "
+            "moved together and at a tie-free point (ties moved apart by less than half the gap to other values), "
+            "where the derivatives agree; noted, not failed"
+        )
+
     def add_probe(self, argument_names, left, right, analytical):
+        self.probe_kinks += 1
         self.lines.append(
             f"a random direction over {argument_names} crosses kinks (left {fmt(left)}, right {fmt(right)}, "
             f"analytical {fmt(analytical)} between them); judged by its one-sided differences; noted, not failed"

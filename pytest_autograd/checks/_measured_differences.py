@@ -31,13 +31,42 @@ RELATIVE_FLOOR_ULPS = 4  # relative allowance on the projected derivative, in ep
 LEAF_FLOOR_ULPS = 4  # allowance on an element probe relative to the argument's largest gradient, in eps ** (2/3)
 
 
-def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None):
+def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, ties=None):
     """Worst DerivativeError of ``fn(leaves) -> outputs`` (leaves in ``dtype``), or None.
 
     ``kinks``, a list, receives the probes where one-sided differences differ
     and the analytical value is one of them or between them: a kink (relu,
-    clamp, max with ties), noted rather than failed.
+    clamp, max with ties), noted rather than failed. ``ties``, a list: a
+    failure where arguments hold tied values is judged again at a tie-free
+    point (see ``_ties``); when it passes there, the ties are described in it.
     """
+    found = _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad, kinks)
+    if found is None or found.smooth or ties is None:
+        return found
+    from pytest_autograd.checks._ties import MIN_STEP_OVER_EPS, find_ties, tie_free
+
+    tied = find_ties(leaves, names)
+    if not tied:
+        return found
+    eps = torch.finfo(dtype).eps
+    # The largest difference step must stay far below the tie-breaking step: no probe may reorder the ties.
+    largest_steps = [2 * max(STEP_FACTORS) * eps ** (1 / 3) * (float(leaf.detach().abs().max()) or 1.0)
+                     / MIN_STEP_OVER_EPS if leaf.numel() else 0.0 for leaf in leaves]
+    moved = tie_free([leaf.detach().to(torch.float64) for leaf in leaves], tied, generator, largest_steps)
+    if moved is None:
+        return found
+    moved = [m.to(leaf.dtype).requires_grad_(True) for m, leaf in zip(moved, leaves)]
+    if find_ties(moved, names):  # rounding to the dtype tied them again
+        return found
+    again = _find_low_precision_error(fn, moved, names, generator, dtype, needs_grad, kinks)
+    if again is not None:
+        again.strategy += "; at a tie-free point (the sample's tied values moved apart), so not the tie's"
+        return again
+    ties.append(f"{tied.describe(names)}: {found.worst()} at the tie; judged at a tie-free point instead")
+    return None
+
+
+def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None):
     outputs = fn(leaves)
     diff = differentiable_indices(outputs)
     if not diff or not leaves:
@@ -99,7 +128,11 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
         one_sided.append(((right - float((grad * (plus.to(torch.float64) - x)).sum())) / step,
                           (left - float((grad * (x - minus.to(torch.float64))).sum())) / step))
         predicted_values.append(predicted / width)
-        floors.append(NOISE_ULPS * eps * (moved + float((grad.abs() * delta.abs()).sum())) / width)
+        # An output that did not move at all may still have changed by up to one rounding in each evaluation:
+        # below that resolution a small true derivative reads as 0 at every step (rms_norm over one element).
+        stuck = sum(float((c.abs() * v.abs() * (p == m)).sum()) for p, m, c, v in zip(out_plus, out_minus, center,
+                                                                                       cotangents64))
+        floors.append((NOISE_ULPS * eps * (moved + float((grad.abs() * delta.abs()).sum())) + eps * stuck) / width)
     if len(errors) < 2 or not all(math.isfinite(e) for e in errors):
         if errors and not all(math.isfinite(e) for e in errors):
             return DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf, 0.0,
@@ -159,7 +192,7 @@ def _sign_error(analytical, negated, names, eps):
                 float(n[index]), float(error[index]), tolerance,
                 "negated random cotangent; the gradient for -grad_output must be minus the gradient for "
                 "grad_output, so backward is not linear in grad_output (e.g. right only for positive grad_outputs)",
-                False, True)
+                False, True, smooth=True)
             worst = pick(worst, found)
     return worst
 

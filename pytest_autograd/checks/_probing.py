@@ -317,4 +317,5 @@ def _element_error(prober, flat, names, notes):
         expected=central, got=got, abs_error=error, tolerance=tolerance, strategy="",
         argument_grad_all_zero=bool((prober.g[a:b] == 0).all()), numerical_nonzero=central != 0.0,
         locus={"cotangents": _copies(prober.cotangents), "leaf": j, "element": index, "flat": flat},
+        at=(j, flat - a),
     )

@@ -39,17 +39,20 @@ def check_dtypes(case, device):
     """(low-precision dtypes to check, explicit?) from ``dtypes=`` or the device's default.
 
     CPU: float32. Other devices: float32, float16, and bfloat16 where supported.
-    ``dtypes=`` declares the dtypes the op supports: float64 among them is
-    the ground truth, not a dtype to check here.
+    Either way, a 16-bit dtype the samples themselves are in (a bfloat16
+    training op) is checked too. ``dtypes=`` declares the dtypes the op
+    supports: float64 among them is the ground truth, not a dtype to check here.
     """
     wanted = case.option("dtypes")
     if wanted is None:
         if device.split(":")[0] == "cpu":
-            return [torch.float32], False
-        dtypes = [torch.float32, torch.float16]
-        if device.split(":")[0] != "cuda" or _cuda_has_bf16():
-            dtypes.append(torch.bfloat16)
-        return dtypes, False
+            dtypes = [torch.float32]
+        else:
+            dtypes = [torch.float32, torch.float16]
+            if device.split(":")[0] != "cuda" or _cuda_has_bf16():
+                dtypes.append(torch.bfloat16)
+        own = [d for d in HALF_DTYPES if d in samples_dtypes(case)]
+        return list(dict.fromkeys(dtypes + own)), False
     wanted = [wanted] if isinstance(wanted, (str, torch.dtype)) else list(wanted)
     dtypes = []
     for entry in wanted:
@@ -59,6 +62,12 @@ def check_dtypes(case, device):
                                "dtypes=['float32', 'bfloat16'] or dtypes=[torch.float16].")
         dtypes.append(dtype)
     return [d for d in dict.fromkeys(dtypes) if d != torch.float64], True
+
+
+def samples_dtypes(case):
+    """The floating dtypes the samples' tensors are in, as given."""
+    return {value.dtype for sample in case.samples for value in list(sample.args) + list(sample.kwargs.values())
+            if isinstance(value, torch.Tensor) and value.is_floating_point()}
 
 
 def _cuda_has_bf16():
@@ -215,3 +224,63 @@ def unsupported_dtype(raised):
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+# A message naming a dtype: how kernels (and torch's dispatch) say which dtypes they take.
+_DTYPE_WORDS = re.compile(r"\b(dtypes?|float16|bfloat16|float32|float64|half|double|bf16|fp16|fp32|fp64|float|"
+                          r"scalar type)\b", re.IGNORECASE)
+
+
+def refuses_dtype(raised):
+    """True when an op's exception (or one it was raised from) refuses a dtype: no kernel for it, or a message
+    naming a dtype ("bfloat16 tensors only", "expected scalar type BFloat16", "unsupported dtype")."""
+    if unsupported_dtype(raised):
+        return True
+    error, seen = raised.error, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (TypeError, ValueError, RuntimeError, NotImplementedError, AssertionError)) \
+                and _DTYPE_WORDS.search(str(error)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+class DtypeRefusals:
+    """The dtypes a check could not use because the op refuses them by design, and why.
+
+    A refusal is an error naming a dtype, raised for a dtype that neither the
+    samples are in nor ``dtypes=`` declares (the op is judged in those and
+    must run there). The check then notes each refused dtype once, or, when
+    the op refuses every dtype it could use, skips with one line.
+    """
+
+    def __init__(self, check, dtypes, explicit, case):
+        self.check, self.dtypes, self.explicit = check, list(dtypes), explicit
+        self.own = samples_dtypes(case)
+        self.reasons = {}
+
+    def refused(self, raised, dtype):
+        """Record ``raised`` as ``dtype``'s refusal and return True when it is one; False: the op's failure."""
+        if self.explicit or dtype in self.own:
+            return False
+        # The reference may lack a kernel for the dtype (torch's "not implemented for 'Half'"); the op may refuse it
+        # by design, naming it.
+        if not (unsupported_dtype(raised) if isinstance(raised, ReferenceRaised) else refuses_dtype(raised)):
+            return False
+        first = str(raised.error).strip().splitlines()[0] if str(raised.error).strip() else ""
+        who = "the reference has no kernel for it" if isinstance(raised, ReferenceRaised) else "the op refuses it"
+        self.reasons.setdefault(dtype, (who, f"{type(raised.error).__name__}: {first[:160]}"))
+        return True
+
+    def finish(self, context):
+        """Skip when every dtype was refused; else one note per refused dtype."""
+        from pytest_autograd.engine.outcomes import skip
+        from pytest_autograd.results.compare import dtype_label
+
+        if self.reasons and len(self.reasons) == len(self.dtypes):
+            lines = [f"{dtype_label(d)} ({who}: {why})" for d, (who, why) in self.reasons.items()]
+            skip(f"no dtype {self.check} could check on {context.device} runs: {'; '.join(lines)}; the samples' "
+                 "own dtype is judged by the other checks")
+        for dtype, (who, why) in self.reasons.items():
+            context.note(f"{self.check}: not judged in {dtype_label(dtype)}: {who} ({why})")

@@ -13,6 +13,12 @@ torch's version-counter error or exactly the gradients of an unchanged run
 whose cotangents are scaled by -2 (the chain rule through the in-place
 multiply). Then it does the same to the op's floating inputs (those that
 are not outputs or views of one), which must not change the gradients at all.
+
+Torch refuses an in-place change in more than one way: besides the version
+counter, a view made in no_grad mode (a Function's ``x.view(-1, n)`` saved
+for backward) whose base is then changed makes backward raise "A view was
+created in no_grad mode and its base ... has been modified inplace". Every
+such refusal (``REFUSALS``) is the right answer, like the version error.
 """
 
 
@@ -28,6 +34,14 @@ from pytest_autograd.engine.execution import (
 
 FACTOR = -2.0
 VERSION_ERROR = "modified by an inplace operation"
+# Torch's refusals of an in-place change, by a phrase of their message: each means the change was caught.
+REFUSALS = (
+    VERSION_ERROR,
+    "was created in no_grad mode and its base or another view of its base has been modified inplace",
+    "was created in inference mode and its base or another view of its base has been modified inplace",
+    "is a view and is being modified inplace",
+    "a view of a leaf Variable that requires grad is being used in an in-place operation",
+)
 HINT = ("save the tensors backward needs with ctx.save_for_backward(...) and read them from ctx.saved_tensors: "
         "a tensor kept as ctx.y = y.detach(), as a view or as a plain ctx attribute escapes autograd's version "
         "counter, so a later in-place change (an in-place activation, y.mul_(...)) silently changes the gradient")
@@ -35,8 +49,8 @@ HINT = ("save the tensors backward needs with ctx.save_for_backward(...) and rea
 
 class Aliasing(Check):
     name = "aliasing"
-    description = ("after forward, in-place changes to outputs or inputs make backward raise torch's version error "
-                   "or leave the gradients right, never silently change them")
+    description = ("after forward, in-place changes to outputs or inputs make backward raise one of torch's "
+                   "in-place refusals or leave the gradients right, never silently change them")
 
     def run(self, context):
         for index, sample in context.samples():
@@ -134,12 +148,18 @@ def _scale_in_place(tensor):
     return True
 
 
+def is_refusal(error):
+    """True when ``error`` is torch refusing an in-place change (the version counter, a no_grad view's base...)."""
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(phrase in text for phrase in REFUSALS)
+
+
 def _backward_or_refused(prepared, outputs, cotangents):
-    """The gradients, or None when torch's version counter refused the changed tensors (the right answer)."""
+    """The gradients, or None when torch refused the changed tensors (the right answer)."""
     try:
         return grads_of(outputs, prepared.leaves, cotangents)
     except OpRaised as raised:
-        if VERSION_ERROR in str(raised.error):
+        if is_refusal(raised.error):
             return None
         raise
 

@@ -22,16 +22,17 @@ import torch
 from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import (
+    DtypeRefusals,
     ReferenceRaised,
     cast_sample,
     check_dtypes,
-    unsupported_dtype,
+    samples_dtypes,
 )
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.budget import call_with_limit
 from pytest_autograd.engine.execution import OpRaised
 from pytest_autograd.engine.outcomes import skip
-from pytest_autograd.results.compare import dtype_label, fmt
+from pytest_autograd.results.compare import fmt
 
 TINY = "tiny: squares underflow to 0"
 MODERATE = {
@@ -76,18 +77,17 @@ class Extreme(Check):
         refused = case.reference is None and next(filter(None, (float64_plan(context, s) for s in case.samples)), None)
         if refused:
             skip(f"{refused.reason}: without reference= there is no float64 truth for extreme inputs")
-        unsupported, notes, judged = [], {}, 0
+        refusals, notes, judged = DtypeRefusals(self.name, dtypes, explicit, case), {}, 0
         for dtype in dtypes:
             try:
                 judged += _check_dtype(context, dtype, notes)
             except OpRaised as raised:
-                if explicit or not unsupported_dtype(raised):
+                if not refusals.refused(raised, dtype):
                     if isinstance(raised, ReferenceRaised):
                         context.fail_reference_raised(raised)
                     raise
-                unsupported.append(dtype_label(dtype))
-        if unsupported and len(unsupported) == len(dtypes):
-            skip(f"the op has no kernel for {', '.join(unsupported)} on {context.device}")
+        context.sample_index = None
+        refusals.finish(context)
         lines = [f"{reason} at max |x| = {', '.join(dict.fromkeys(values))}" for reason, values in notes.items()]
         if not judged and lines:
             skip("no magnitude could be judged: " + "; ".join(lines))
@@ -109,7 +109,8 @@ def _check_dtype(context, dtype, notes):
         slots = differentiated_slots(context.case, sample)
         if not slots:
             continue
-        judge = Judge(context, cast_sample(sample, dtype, slots=slots), dtype, slots)
+        foreign = dtype not in samples_dtypes(context.case)  # a dtype the op may refuse by design
+        judge = Judge(context, cast_sample(sample, dtype, slots=slots), dtype, slots, foreign)
         limit = cap
         for where, magnitude in magnitudes(dtype):
             label = fmt(magnitude)

@@ -1,10 +1,15 @@
 """grad_metadata: backward returns gradients with the dtype, device and shape of their inputs.
 
 The autograd engine quietly repairs what backward returns: it casts a
-float32 gradient to the float64 input's dtype and sums a broadcast gradient
-down to the input's shape. The cast hides a real loss of precision, so this
-check calls the Function's backward itself (through the output's grad_fn)
-and looks at the raw gradients before the engine touches them.
+float32 gradient to the float64 input's dtype (a bfloat16 one to a float32
+master weight's) and sums a broadcast gradient down to the input's shape.
+The cast hides a real loss of precision, so this check records what every
+Python backward on the way returned, before the engine touches it
+(``_raw_backward``): the op's Functions, those inside a module, a
+torch.library op's registered backward. It runs each sample in float64 and
+in its own dtypes, mixed ones kept as they are (bfloat16 activations with
+float32 weights), where mixed-precision bugs live. ``grad_casts=`` names
+the arguments whose gradient may come back in another dtype on purpose.
 
 A backward that computes in float32 and casts back before returning leaves
 no trace in the metadata, but it leaves one in the values: every element
@@ -18,8 +23,9 @@ import warnings
 
 import torch
 
-from pytest_autograd.checks._float64_support import float64_plan, sample_dtype
-from pytest_autograd.checks._hygiene import HygieneWarning, call_with, function_node
+from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._hygiene import HygieneWarning, call_with
+from pytest_autograd.checks._raw_backward import has_python_backward, recording
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
     OpRaised,
@@ -28,18 +34,25 @@ from pytest_autograd.engine.execution import (
     has_floating_input,
     random_cotangents,
 )
+from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import dtype_label
 
 FINGERPRINT_MIN_ELEMENTS = 4  # non-zero gradient elements needed before the float32 fingerprint counts
 
 PRECISION_HINT = ("compute the gradient in the input's dtype: drop .float() / .to(torch.float32) and float32 "
                   "buffers or kernels from backward (cast only where a lower precision is really intended)")
+CAST_HINT = ("compute the gradient in the input's dtype and return it in that dtype: no .float() or .half()/.bfloat16() "
+             "and no buffers or kernels of another dtype on the way out (float32 master weights of bfloat16 "
+             "activations get float32 gradients: grad.float().T @ x.float()); where another dtype is meant, declare "
+             "it on the marker: grad_casts=(\"{name}\",)")
 
 
 class GradMetadata(Check):
     name = "grad_metadata"
     description = "raw gradients from backward have their input's dtype, device and shape (no float32 in float64)"
-    options = {"dtypes": None}  # the dtypes the op supports; without float64 it is judged in the best one
+    # dtypes: the dtypes the op supports; without float64 it is judged in the best one.
+    # grad_casts: arguments whose gradient backward may return in another dtype (names, or True for all).
+    options = {"dtypes": None, "grad_casts": None}
 
     def applies(self, case, device):
         if not has_floating_input(case):
@@ -48,109 +61,97 @@ class GradMetadata(Check):
 
     def run(self, context):
         warned = set()
+        allowed = _allowed_casts(context.case)
         for index, sample in context.samples():
-            # An op that cannot run in float64 (or computes and returns float32 by design) is checked in its
-            # own dtype only: float32 gradients are then what it promises, not a silent loss.
-            wanted = (torch.float64, sample_dtype(context, sample))
-            if float64_plan(context, sample) is not None:
-                wanted = wanted[1:]
-            for dtype in dict.fromkeys(d for d in wanted if d is not None):
+            for dtype in _run_dtypes(context, sample):
                 prepared = context.prepare(sample, dtype=dtype)
                 if not prepared.leaves:
                     continue
                 args, kwargs = prepared.call_args()
-                call = call_with(context.case, args, kwargs)
-                if context.case.is_function:
-                    self._check_raw(context, prepared, call, warned)
-                else:
-                    self._check_engine(context, prepared, call)
+                outputs = call_with(context.case, args, kwargs).outputs
+                if prepared.leaves[0].dtype != torch.float64 and not has_python_backward(outputs):
+                    continue  # no raw gradient to read, and the float32 fingerprint needs float64
+                grads = self._backward(context, prepared, outputs, warned, allowed)
+                who = "backward returns" if context.case.is_function else "the op's backward gives"
+                for name, leaf, grad in zip(prepared.names, prepared.leaves, grads):
+                    _check_fingerprint(context, name, leaf, grad, who)
             context.dtype = None
 
-    def _check_raw(self, context, prepared, call, warned):
-        """Call the Function's backward via its grad_fn and inspect what it returns."""
-        node = function_node(context.case, call.outputs)
-        if node is None:
-            return
-        grad_outputs = _node_grad_outputs(call.result, context.generator)
-        try:
-            with torch.no_grad():
-                raw = node.apply(*grad_outputs)
-        except Exception as error:
-            raise OpRaised("backward", error) from error
-        raw = raw if isinstance(raw, tuple) else (raw,)
-        positions = _input_positions(context.case, prepared)
-        for name, slot, leaf in zip(prepared.names, prepared.slots, prepared.leaves):
-            position = positions.get(slot)
-            if position is None or position >= len(raw) or raw[position] is None:
-                continue
-            grad = raw[position]
-            if not isinstance(grad, torch.Tensor):
-                context.fail(f"backward returns a {type(grad).__name__} as the gradient of `{name}`, not a tensor",
-                             argument=name, hint="return a tensor shaped like the input, or None")
-            _check_metadata(context, name, leaf, grad, warned)
-            _check_fingerprint(context, name, leaf, grad, "backward returns")
-
-    def _check_engine(self, context, prepared, call):
-        """Not a Function: only the engine's gradients are visible; check the float32 fingerprint."""
-        if prepared.leaves[0].dtype != torch.float64:
-            return
-        cotangents = random_cotangents(call.outputs, context.generator)
-        grads = grads_of(call.outputs, prepared.leaves, cotangents)
-        for name, leaf, grad in zip(prepared.names, prepared.leaves, grads):
-            _check_fingerprint(context, name, leaf, grad, "the op's backward gives")
+    def _backward(self, context, prepared, outputs, warned, allowed):
+        """The engine's gradients; first, every raw gradient a Python backward returned on the way is judged."""
+        cotangents = random_cotangents(outputs, context.generator)
+        raised = None
+        with recording() as raw:
+            try:
+                grads = grads_of(outputs, prepared.leaves, cotangents)
+            except OpRaised as error:  # an unrepairable gradient makes the engine raise: the raw one says why
+                raised, grads = error, None
+        for record in raw:
+            name = next((name for name, leaf in zip(prepared.names, prepared.leaves) if leaf is record.leaf), None)
+            _check_metadata(context, record, name, warned, allowed)
+        if raised is not None:
+            raise raised
+        return grads
 
 
-def _node_grad_outputs(result, generator):
-    """One incoming gradient per forward output, as the engine would pass them (zeros where not differentiable)."""
-    items = result if isinstance(result, tuple) else (result,)
-    grads = []
-    for item in items:
-        if not isinstance(item, torch.Tensor):
-            grads.append(None)
-        elif item.is_floating_point() and item.requires_grad:
-            grads.append(random_cotangents([item], generator)[0])
-        else:
-            grads.append(torch.zeros_like(item))
-    return grads
+def _run_dtypes(context, sample):
+    """float64 (unless the op cannot run in it), then the sample's own dtypes, mixed ones kept as they are.
+
+    A sample whose float64 tensors the op cannot take runs in the plan's dtype
+    instead: float32 gradients are then what the op promises.
+    """
+    plan = float64_plan(context, sample)
+    own = {value.dtype for value in list(sample.args) + list(sample.kwargs.values())
+           if isinstance(value, torch.Tensor) and value.is_floating_point()}
+    if plan is not None:
+        return [plan.dtype] if own <= {torch.float64} else [None]
+    return [torch.float64] + ([] if own <= {torch.float64} else [None])
 
 
-def _input_positions(case, prepared):
-    """slot -> position of that argument among the Function's inputs (keywords by their name)."""
-    positions = {}
-    for slot in prepared.slots:
-        if isinstance(slot, int):
-            positions[slot] = slot
-        elif slot in case.arg_names:
-            positions[slot] = case.arg_names.index(slot)
-    return positions
+def _allowed_casts(case):
+    """The argument names whose gradient may come back in another dtype (``grad_casts=``); True: all."""
+    value = case.option("grad_casts")
+    if value is None or value is False:
+        return frozenset()
+    if value is True:
+        return True
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple, set)) else None
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise UsageProblem(f"grad_casts= takes argument names (e.g. grad_casts=(\"weight\",)) or True, got {value!r}.")
+    return frozenset(names)
 
 
-def _check_metadata(context, name, leaf, grad, warned):
-    expected, got = leaf.dtype, grad.dtype
-    if got != expected:
+def _check_metadata(context, record, name, warned, allowed):
+    grad, what = record.grad, f"`{name}`" if name else f"input {record.position} of {record.function}"
+    details = [f"raw gradient: {_describe(grad.dtype, grad.shape, grad.device)}, returned by "
+               f"{record.function}'s backward; input: {_describe(record.dtype, record.shape, record.device)}"]
+    fields = {"argument": name} if name else {}
+    expected, got = record.dtype, grad.dtype
+    if got != expected and not (allowed is True or name in allowed):
         loss = ""
         if expected.is_floating_point and got.is_floating_point and torch.finfo(got).eps > torch.finfo(expected).eps:
             loss = f": the {dtype_label(expected)} gradient then carries only {dtype_label(got)} precision"
-        context.fail(f"backward returns the gradient of `{name}` as {dtype_label(got)}, but `{name}` is {dtype_label(expected)}; "
-                     f"autograd casts it silently{loss}", argument=name,
-                     details=[f"raw gradient: {_describe(grad)}; input: {_describe(leaf)}"], hint=PRECISION_HINT)
-    if grad.device != leaf.device:
-        context.fail(f"backward returns the gradient of `{name}` on {grad.device}, but `{name}` is on {leaf.device}",
-                     argument=name, hint="create gradients on the input's device (e.g. torch.zeros_like(input), "
-                                         "or device=input.device)")
-    if tuple(grad.shape) != tuple(leaf.shape):
-        if _expandable(leaf.shape, grad.shape):
-            if name in warned:
+        context.fail(f"backward returns the gradient of {what} as {dtype_label(got)}, but {what} is "
+                     f"{dtype_label(expected)}; autograd casts it silently{loss}", details=details,
+                     hint=CAST_HINT.format(name=name or "name"), **fields)
+    if grad.device != record.device:
+        context.fail(f"backward returns the gradient of {what} on {grad.device}, but {what} is on {record.device}",
+                     details=details, hint="create gradients on the input's device (e.g. torch.zeros_like(input), "
+                                           "or device=input.device)", **fields)
+    if tuple(grad.shape) != record.shape:
+        if _expandable(record.shape, grad.shape):
+            key = (record.function, record.position)
+            if key in warned:
                 return
-            warned.add(name)
+            warned.add(key)
             warnings.warn(HygieneWarning(
-                f"{context.case.name}: backward returns the gradient of `{name}` with shape {list(grad.shape)} "
-                f"for an input of shape {list(leaf.shape)}; autograd sums it over the broadcast dimensions. "
+                f"{context.case.name}: backward returns the gradient of {what} with shape {list(grad.shape)} "
+                f"for an input of shape {list(record.shape)}; autograd sums it over the broadcast dimensions. "
                 "Legal, but reducing it in backward saves memory and states the intent."), stacklevel=3)
         else:
-            context.fail(f"backward returns the gradient of `{name}` with shape {list(grad.shape)}, "
-                         f"which cannot be summed to the input's shape {list(leaf.shape)}", argument=name,
-                         hint="return a gradient of exactly the input's shape")
+            context.fail(f"backward returns the gradient of {what} with shape {list(grad.shape)}, "
+                         f"which cannot be summed to the input's shape {list(record.shape)}", details=details,
+                         hint="return a gradient of exactly the input's shape", **fields)
 
 
 def _check_fingerprint(context, name, leaf, grad, who):
@@ -174,8 +175,8 @@ def _expandable(input_shape, grad_shape):
         return False
 
 
-def _describe(tensor):
-    return f"{dtype_label(tensor.dtype)}{list(tensor.shape)} on {tensor.device}"
+def _describe(dtype, shape, device):
+    return f"{dtype_label(dtype)}{list(shape)} on {device}"
 
 
 check = GradMetadata()

@@ -7,11 +7,27 @@ channels-last image. Each layout is applied to the arguments and to the
 incoming gradient, and compared with the contiguous run of the same values;
 on a mismatch the culprit argument is found by laying out one at a time.
 
-Layouts: ``transposed`` (dims reversed), ``sliced`` (every other element of
-a wider buffer), ``expanded`` (stride 0 along the leading dim: the values
-become equal along it, so the contiguous run uses those values too; only for
-floating arguments of 2+ dims the op does not modify in place), and
-``channels_last`` (4-D and 5-D).
+The layouts are those autograd hands a backward in real models, and the
+same for inputs:
+
+* ``transposed``: dims reversed (``x.T``, ``permute``); the last stride is not 1;
+* ``sliced``: every other element of a wider buffer (a strided slice);
+* ``row-strided``: last stride 1, rows further apart than their width, what
+  a backward gets when its output was concatenated, split, chunked or
+  narrowed along the last dim downstream (``torch.cat([y, z], -1)``); a
+  kernel that checks only the innermost stride reads the wrong rows;
+* ``offset``: contiguous at a nonzero storage offset (a chunk or split along
+  dim 0);
+* ``permuted``: the leading dims' memory order swapped, the last dim still
+  innermost (a batch/sequence transpose), 3+ dims;
+* ``broadcast``: the incoming gradient only, every stride 0, one value
+  everywhere: what the backward of ``.sum()`` or ``.mean()`` gives;
+* ``expanded``: stride 0 along the leading dim (the values become equal
+  along it, so the contiguous run uses those values too; only for floating
+  arguments of 2+ dims the op does not modify in place);
+* ``channels-last`` (4-D and 5-D).
+
+The layouts that keep the values share one contiguous run per sample.
 """
 
 from dataclasses import dataclass
@@ -20,6 +36,7 @@ import torch
 
 from pytest_autograd.checks._hygiene import call_with, tensor_arguments
 from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.mutation import declared_by_marker
 from pytest_autograd.engine.complex_views import as_complex
 from pytest_autograd.engine.execution import (
     OpRaised,
@@ -77,6 +94,34 @@ def sliced(tensor):
     return _own_storage(wide[tuple(index)])
 
 
+def row_strided(tensor):
+    """Rows of a buffer twice as wide: last stride 1, the row stride larger than the row."""
+    if tensor.dim() < 2 or tensor.numel() <= tensor.shape[-1] or tensor.shape[-1] == 0:
+        return None
+    wide = torch.cat([tensor, torch.zeros_like(tensor)], dim=-1)
+    return _own_storage(wide[..., :tensor.shape[-1]])
+
+
+OFFSET = 2  # elements before the first one in its storage: even, so a complex tensor's real view stays complex
+
+
+def offset(tensor):
+    """Contiguous, at a nonzero storage offset."""
+    if tensor.numel() == 0:
+        return None
+    buffer = torch.zeros(OFFSET + tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+    return _own_storage(buffer[OFFSET:].view(tensor.shape).copy_(tensor))
+
+
+def permuted(tensor):
+    """The first two dims of size > 1 swapped in memory (not the last one, which stays innermost)."""
+    big = [dim for dim in range(tensor.dim() - 1) if tensor.shape[dim] > 1]
+    if len(big) < 2 or tensor.shape[-1] < 1:
+        return None
+    a, b = big[0], big[1]
+    return _own_storage(tensor.transpose(a, b).contiguous().transpose(a, b))
+
+
 def channels_last(tensor):
     formats = {4: torch.channels_last, 5: torch.channels_last_3d}
     if tensor.dim() not in formats or _big_dims(tensor) < 2:
@@ -92,17 +137,33 @@ def expanded_source(tensor):
     return tensor.detach()[:1].clone(), tensor.shape
 
 
+def _broadcast_cotangent(tensor):
+    """One value everywhere, every stride 0: the incoming gradient of an output that is summed or averaged."""
+    if tensor.numel() < 2:
+        return None
+    return tensor.reshape(-1)[:1].expand(tensor.shape)
+
+
 @dataclass
 class Layout:
     name: str
     make: object  # tensor -> same-valued tensor in this layout, or None when impossible
     description: str
+    keeps_values: bool = True  # False: the layout changes values (a stride 0 repeats one), its own contiguous run
+    cotangent_only: bool = False  # lays out grad_output only: the inputs' contiguous run (and graph) is shared
 
 
 LAYOUTS = [
     Layout("transposed", transposed, "transposed (dims reversed, not contiguous)"),
     Layout("sliced", sliced, "sliced (every other element of a wider buffer)"),
-    Layout("expanded", None, "expanded (stride 0 along the leading dim)"),
+    Layout("at a storage offset", offset, f"at storage offset {OFFSET} (contiguous otherwise, as a chunk along "
+                                          "dim 0 is)"),
+    Layout("row-strided", row_strided, "row-strided (last stride 1, rows twice their width apart, as after "
+                                       "torch.cat, split, chunk or narrow along the last dim)"),
+    Layout("permuted", permuted, "permuted (two leading dims swapped in memory, the last dim still innermost)"),
+    Layout("broadcast", None, "broadcast (every stride 0, one value everywhere, as the backward of .sum() or "
+                              ".mean() gives)", keeps_values=False, cotangent_only=True),
+    Layout("expanded", None, "expanded (stride 0 along the leading dim)", keeps_values=False),
     Layout("channels_last", channels_last, "channels-last"),
 ]
 
@@ -122,22 +183,33 @@ class NonContiguous(Check):
         ran = False
         for index, sample in context.samples():
             prepared = context.prepare(sample)
-            written = _written_slots(context, prepared)
+            kept = {}
+            written = _written_slots(context, prepared, keep=kept)
+            baseline = _Baseline(kept["outputs"])
             for layout in LAYOUTS:
                 plan = _plan(context, prepared, layout, written)
-                if _check_plan(context, plan, layout, sample):
+                if _check_plan(context, plan, layout, sample, baseline):
                     ran = True
         if not ran:
             skip("no argument or output of any sample can be laid out non-contiguously")
 
 
-def _written_slots(context, prepared):
-    """Slots of arguments the op modifies in place (they cannot be expanded)."""
+def _written_slots(context, prepared, keep=None):
+    """Slots of arguments the op modifies in place, or declares it may (they cannot be expanded).
+
+    ``keep``, a dict, receives the call's outputs under "outputs": a
+    contiguous run on fresh copies of the leaves, which the value-keeping
+    layouts share.
+    """
     args, kwargs = prepared.call_args()
     arguments = tensor_arguments(context.case, args, kwargs)
     versions = [tensor._version for _, _, tensor in arguments]
-    call_with(context.case, args, kwargs)
-    return {slot for (slot, _, tensor), version in zip(arguments, versions) if tensor._version != version}
+    outputs = call_with(context.case, args, kwargs).outputs
+    if keep is not None:
+        keep["outputs"] = outputs
+    declared = declared_by_marker(context.case)  # mutates=: written by forward, or by a memory-saving backward
+    return {slot for (slot, name, tensor), version in zip(arguments, versions)
+            if tensor._version != version or slot in declared or name in declared}
 
 
 @dataclass
@@ -173,7 +245,7 @@ def _plan(context, prepared, layout, written):
         if differentiable:
             sources.append(value)
             source_names.append(name)
-    cotangent = _expanded_cotangent if layout.name == "expanded" else layout.make
+    cotangent = {"expanded": _expanded_cotangent, "broadcast": _broadcast_cotangent}.get(layout.name, layout.make)
     return Plan(prepared, sources, source_names, laid, cotangent)
 
 
@@ -212,9 +284,12 @@ def _forward(context, plan, laid_slots):
     return call_with(context.case, args, kwargs).outputs
 
 
-def _run(context, plan, laid_slots, cotangents, laid_cotangent=False):
-    """Outputs and source gradients of one call; each call gets fresh copies of the cotangents."""
-    outputs = _forward(context, plan, laid_slots)
+def _run(context, plan, laid_slots, cotangents, laid_cotangent=False, outputs=None):
+    """Outputs and source gradients of one call; each call gets fresh copies of the cotangents.
+
+    ``outputs``: the call's outputs when the caller has just made it (with their graph).
+    """
+    outputs = _forward(context, plan, laid_slots) if outputs is None else outputs
     fresh = []
     for cotangent in cotangents:
         if cotangent is not None:
@@ -236,23 +311,69 @@ def _plain_cotangents(plan, outputs, generator):
     return plain, any_laid
 
 
-def _check_plan(context, plan, layout, sample):
-    """Compare the contiguous run with the laid-out one; blame one argument on a mismatch."""
-    try:
-        outputs = _forward(context, plan, set())
-    except OpRaised:
-        if layout.name == "expanded":
-            return False  # the equal values along the expanded dim are outside the op's domain
-        raise
-    cotangents, cotangent_laid = _plain_cotangents(plan, outputs, context.generator)
-    if not plan.laid and not cotangent_laid:
-        return False
-    expected = _run(context, plan, set(), cotangents)
+class _Baseline:
+    """The contiguous run the value-keeping layouts share: the call that looked for in-place writes, one random
+    cotangent per output and the gradients along it, its graph kept for the layouts of grad_output alone."""
+
+    def __init__(self, outputs):
+        self.outputs, self.expected, self.cotangents = outputs, None, None
+
+    def run(self, context, plan):
+        if self.expected is None:
+            self.cotangents = random_cotangents(self.outputs, context.generator)
+            fresh = [None if c is None else c.clone() for c in self.cotangents]
+            grads = grads_of(self.outputs, plan.sources, fresh, retain_graph=True) if plan.sources else []
+            self.expected = (self.outputs, grads)
+        return self.expected, self.cotangents
+
+    def agrees(self, context, plan):
+        """For a layout of grad_output alone: True when its gradients equal the contiguous ones on the kept
+        graph; None when it lays out nothing; False when that cannot tell (the full comparison decides)."""
+        cotangents, laid = _plain_cotangents(plan, self.outputs, context.generator)
+        if not laid:
+            return None
+        if self.expected is None or not plan.sources:
+            return False
+        try:
+            want = grads_of(self.outputs, plan.sources, [None if c is None else c.clone() for c in cotangents],
+                            retain_graph=True)
+            got = grads_of(self.outputs, plan.sources,
+                           [None if c is None else plan.cotangent(c.clone()) for c in cotangents], retain_graph=True)
+        except OpRaised:
+            return False
+        return all(_compare(context, a, b) is None for a, b in zip(want, got))
+
+
+def _check_plan(context, plan, layout, sample, baseline):
+    """Compare the contiguous run with the laid-out one; blame one argument on a mismatch.
+
+    The value-keeping layouts compare with ``baseline``, computed once per
+    sample; a layout of grad_output alone first compares on its kept graph.
+    """
+    if layout.keeps_values:
+        expected, cotangents = baseline.run(context, plan)
+        cotangent_laid = any(c is not None and plan.cotangent(c) is not None for c in cotangents)
+        if not plan.laid and not cotangent_laid:
+            return False
+    else:
+        if layout.cotangent_only:
+            agrees = baseline.agrees(context, plan)
+            if agrees is not False:
+                return bool(agrees)
+        try:
+            outputs = _forward(context, plan, set())
+        except OpRaised:
+            return False  # the equal values along the expanded dims are outside the op's domain
+        cotangents, cotangent_laid = _plain_cotangents(plan, outputs, context.generator)
+        if not plan.laid and not cotangent_laid:
+            return False
+        expected = _run(context, plan, set(), cotangents, outputs=outputs)
     problem = _difference(context, plan, expected, set(plan.laid), cotangents, True)
     if problem is None:
         return True
-    if layout.name == "expanded" and _only_rounding(context, layout, sample, problem):
-        context.note("noncontiguous: the expanded layout makes the values along the leading dim equal, where the op "
+    if not layout.keeps_values and _only_rounding(context, layout, sample, problem):
+        equal = {"expanded": "the values along the leading dim"}.get(layout.name, "every element of grad_output")
+        context.note(f"noncontiguous: the {layout.name} layout makes {equal} equal, where the op "
                      "is ill-conditioned: its layouts differ in the sample's dtype but agree in float64, so the "
                      "difference is rounding, not a layout bug")
         return True
@@ -278,7 +399,7 @@ def _only_rounding(context, layout, sample, problem):
         plan = _plan(context, prepared, layout, _written_slots(context, prepared))
         outputs = _forward(context, plan, set())
         cotangents, _ = _plain_cotangents(plan, outputs, context.generator)
-        expected = _run(context, plan, set(), cotangents)
+        expected = _run(context, plan, set(), cotangents, outputs=outputs)
         return _difference(context, plan, expected, set(plan.laid), cotangents, True) is None
     except Exception:  # the op has no float64 path: the mismatch stands
         return False

@@ -14,6 +14,7 @@ ORDER = [
     "gradgradcheck",
     "parity",
     "reference",
+    "sizes",
     "mutation",
     "requires_grad",
     "undefined_grad",

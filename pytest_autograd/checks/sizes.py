@@ -1,0 +1,342 @@
+"""sizes: gradients right at the sizes the samples do not have: tails, ones, odd and large sizes.
+
+Kernels are tested at the sizes their authors think of, usually powers of
+two, and are wrong at the others: the last, partial block whose mask is off,
+a grid that forgets the last program, a split boundary, a reduction right
+only while the row fits one block, a batch of one squeezed away. Each
+distinct dimension size of each sample (see ``_size_variants``) is changed
+consistently across the arguments that share it to size + 1, size - 1, 1,
+an odd size just past a power of two and a size spanning several blocks (or
+to the sizes ``sizes=`` gives), and the op is judged there in the strategy
+that applies to it (``_size_judge``). A size the op refuses (raises) is
+noted, never failed; an op that accepts none is skipped, saying why.
+
+The most telling variants run first, within a time budget; a variant far
+slower than the first one is stopped, and the larger sizes of its dim with it.
+"""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._hints import derivative_hint
+from pytest_autograd.checks._size_hints import pattern_hint
+from pytest_autograd.checks._size_judge import (
+    OUTSIDE,
+    REFUSED,
+    RIGHT,
+    WRONG,
+    Judge,
+    size_ratio,
+)
+from pytest_autograd.checks._size_variants import (
+    LARGE,
+    PRIORITY,
+    axes_of,
+    check_requested_sizes_occur,
+    growth,
+    requested_sizes,
+    variant,
+)
+from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
+from pytest_autograd.checks.base import Check
+from pytest_autograd.engine.budget import call_with_limit
+from pytest_autograd.engine.execution import has_floating_input
+from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.results.compare import dtype_label, fmt
+
+SECONDS = 60.0  # all variants of an item, at most (and at most half the item's own budget)
+VARIANT_SECONDS = 2.0  # each variant may take at least this long ...
+VARIANT_SLOWDOWN = 50.0  # ... or this many times the sample's first variant took, per element
+LARGE_SECONDS = 1.0  # a several-blocks size whose judging would take longer is made smaller ...
+PROBE_SECONDS = 0.25  # ... as timed by one forward there, stopped after this long
+NOT_SUPPORTED = ("if the op does not support size {size} by design, make it raise there (a size the op refuses is "
+                 "noted, not failed), or declare what it supports on the marker: sizes={{{sample}: [...]}} with the "
+                 "sizes to try, or sizes={{{sample}: None}} to keep it fixed")
+
+
+@dataclass
+class Task:
+    """One variant to judge: sample ``index``, its ``axis`` at ``size``."""
+
+    index: int
+    axis: object
+    size: int
+    kind: str
+
+
+class Sizes(Check):
+    name = "sizes"
+    description = ("gradients right at sizes the samples do not have: each dimension size at +1, -1, 1, an odd size "
+                   "past a power of two and a multi-block size")
+    options = {"sizes": None, "dtypes": None, **OPTION}
+
+    def applies(self, case, device):
+        if not has_floating_input(case):
+            return "no floating-point tensor argument whose sizes could change"
+        if case.reference is None:
+            return surrogate_reason(case, self.name)
+        return None
+
+    def run(self, context):
+        case = context.case
+        requested = requested_sizes(case)
+        check_requested_sizes_occur(case, requested)
+        axes = {index: axes_of(case, sample, requested) for index, sample in enumerate(case.samples)}
+        tasks = sorted((Task(index, axis, size, kind) for index, found in axes.items() for axis in found
+                        for size, kind in axis.sizes),
+                       key=lambda t: (PRIORITY.index(t.kind), t.index, t.axis.size, t.size))
+        if not tasks:
+            skip(_nothing_to_vary(axes))
+        for index, found in axes.items():
+            for axis in found:
+                if axis.fixed and not axis.fixed.startswith("sizes="):
+                    context.sample_index = index
+                    context.note(f"sizes: {_dim(axis)} (size {axis.size} in your sample) kept: {axis.fixed}")
+        context.sample_index = None
+        run = _Run(context, axes)
+        for task in tasks:
+            verdict = run.judge(task)
+            if verdict is not None and verdict.status == WRONG:
+                run.notes_out()
+                _report(context, run, task, verdict)
+        run.notes_out()
+        if not run.judged:
+            skip("no size variant could be judged: " + "; ".join(run.reasons()))
+
+
+class _Run:
+    """The state of one check run: judges per sample, what each variant showed, and the time budget."""
+
+    def __init__(self, context, axes):
+        self.context, self.axes = context, axes
+        seconds = context.case.run_options.seconds if context.case.run_options is not None else None
+        self.deadline = time.monotonic() + (min(SECONDS, 0.5 * seconds) if seconds else SECONDS)
+        self.judges, self.first_seconds, self.stopped = {}, {}, {}
+        self.seen = {}  # (index, axis size) -> {size: Verdict}
+        self.extra_notes = []
+        self.reduced = []  # (task, what was done, why): several-blocks sizes made smaller for time
+        self.judged = 0
+        self.unrun = []
+        self.sample_checked = set()  # samples whose own run was checked after a refused variant
+
+    def judge(self, task, pattern=False):
+        """The Verdict at ``task`` (None when not run for time); recorded for the notes and the hints."""
+        key = (task.index, task.axis.size)
+        seen = self.seen.setdefault(key, {})
+        if task.size in seen:
+            return seen[task.size]
+        if task.size >= self.stopped.get(key, float("inf")) or time.monotonic() >= self.deadline:
+            if not pattern:
+                self.unrun.append(task)
+            return None
+        context = self.context
+        context.sample_index = task.index
+        sample = context.case.samples[task.index]
+        judge = self._judge_for(task.index, sample)
+        task = self._affordable(task, sample, judge)
+        if task is None:
+            return None
+        if task.size == task.axis.size:
+            shaped = sample
+        else:
+            generator = torch.Generator().manual_seed(hash((context.seed, task.index, task.axis.size, task.size))
+                                                      % (2 ** 63))
+            shaped = variant(context.case, sample, task.axis, task.size, generator)
+        elements = growth(sample, task.axis, task.size)
+        first = self.first_seconds.get(task.index)
+        limit = self.deadline - time.monotonic()  # the first variant of a sample sets the pace for the others
+        if first is not None:
+            limit = min(limit, max(VARIANT_SECONDS, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1])))
+        limit = max(0.1, limit)
+        start = time.perf_counter()
+        finished = call_with_limit(limit, lambda: judge.at(shaped, size_ratio(task.axis.size, task.size)))
+        context.sample_index = task.index
+        if finished.expired is not None:
+            self.stopped[key] = task.size
+            why = ("the check's time budget ran out" if first is None else
+                   "far slower than the sample's first variant, even for its number of elements")
+            self.extra_notes.append((task, f"stopped after {fmt(limit)} s at {task.size} ({why}); larger sizes of "
+                                           "this dim not judged"))
+            return None
+        seconds = time.perf_counter() - start
+        self.first_seconds.setdefault(task.index, (seconds, elements))
+        verdict = finished.value
+        seen[task.size] = verdict
+        if verdict.status == REFUSED and verdict.raised is not None and task.size != task.axis.size:
+            self._raise_if_the_sample_raises(task.index, sample, judge)
+        if verdict.status == RIGHT and task.size != task.axis.size:
+            self.judged += 1
+        for line in verdict.notes:
+            self.extra_notes.append((task, f"at {task.size}: {line}"))
+        return verdict
+
+    def _raise_if_the_sample_raises(self, index, sample, judge):
+        """An op that raises at its own sample fails every check the same way (one report per root cause):
+        that is no refused size."""
+        if index in self.sample_checked:
+            return
+        self.sample_checked.add(index)
+        verdict = judge.at(sample)
+        self.context.sample_index = index
+        if verdict.status == REFUSED and verdict.raised is not None:
+            raise verdict.raised
+
+    def _affordable(self, task, sample, judge):
+        """``task``, or for a several-blocks size whose judging would take over LARGE_SECONDS (one forward there,
+        timed, times the evaluations the strategy needs), the largest such size that would not; None, noted, when
+        none is left above the other sizes."""
+        if task.kind != LARGE:
+            return task
+        smallest = max([2 * task.axis.size + 1] + [size for size, kind in task.axis.sizes if kind != LARGE])
+        size, why = task.size, None
+        for _ in range(4):
+            shaped = variant(self.context.case, sample, task.axis, size, torch.Generator().manual_seed(0))
+            seconds = judge.forward_seconds(shaped, PROBE_SECONDS)
+            if seconds is not None and seconds * judge.evaluations <= LARGE_SECONDS:
+                break
+            why = (f"one forward at {size} takes {'over ' + fmt(PROBE_SECONDS) if seconds is None else f'{seconds:.2g}'}"
+                   f" s and judging a size about {judge.evaluations} of them")
+            shrink = 0.25 if seconds is None else LARGE_SECONDS / (seconds * judge.evaluations)
+            target = growth(sample, task.axis, size) * shrink
+            low, high = smallest, size
+            while high - low > 1:
+                middle = (low + high) // 2
+                low, high = (middle, high) if growth(sample, task.axis, middle) <= target else (low, middle)
+            size = (low - 3) // 8 * 8 + 3
+            if size <= smallest:
+                self.reduced.append((task, "not judged", why))
+                return None
+        else:
+            self.reduced.append((task, "not judged", why))
+            return None
+        if size != task.size:
+            self.reduced.append((task, f"{size} instead", why))
+        return Task(task.index, task.axis, size, LARGE)
+
+    def _judge_for(self, index, sample):
+        if index not in self.judges:
+            plan = float64_plan(self.context, sample)
+            self.judges[index] = Judge(self.context, sample, plan)
+            if plan is not None:
+                self.context.sample_index = None
+                self.context.note(f"sizes: {plan.reason}; each size judged by {self.judges[index].strategy}")
+                self.context.sample_index = index
+        return self.judges[index]
+
+    def pattern(self, task):
+        """{size: right?} for the failing dim: its planned sizes (the several-blocks one only if judged already), half,
+        twice and the sample's own size."""
+        axis = task.axis
+        seen = self.seen.get((task.index, axis.size), {})
+        sizes = [size for size, kind in axis.sizes if kind != LARGE or size in seen] + [axis.size, 2 * axis.size]
+        if axis.size % 2 == 0 and axis.size >= 4:
+            sizes.append(axis.size // 2)
+        observed = {}
+        for size in sorted(set(sizes)):
+            verdict = self.judge(Task(task.index, axis, size, "pattern"), pattern=True)
+            if verdict is not None and verdict.status in (RIGHT, WRONG):
+                observed[size] = verdict.status == RIGHT
+        return observed
+
+    def notes_out(self):
+        """Refused, outside and unjudged sizes, one note per dim of a sample; then the judges' own notes."""
+        context = self.context
+        for (index, size), seen in self.seen.items():
+            axis = next(a for a in self.axes[index] if a.size == size)
+            for status, verb in ((REFUSED, "the op refuses"), (OUTSIDE, "outside the op's domain")):
+                found = {s: v for s, v in seen.items() if v.status == status}
+                if not found:
+                    continue
+                reasons = list(dict.fromkeys(v.reason for v in found.values()))
+                context.sample_index = index
+                context.note(f"sizes: {_dim(axis)} (size {size} in your sample): {verb} "
+                             f"{_join(sorted(found))} ({reasons[0]}{'; ...' if len(reasons) > 1 else ''}){_with(axis)}: "
+                             "not judged there")
+        for task, line in self.extra_notes:
+            context.sample_index = task.index
+            context.note(f"sizes: {_dim(task.axis)} (size {task.axis.size} in your sample) {line}")
+        self.extra_notes.clear()
+        unrun = {}
+        for task in self.unrun:
+            unrun.setdefault((task.index, task.axis.size), []).append(task)
+        for (index, size), tasks in unrun.items():
+            context.sample_index = index
+            context.note(f"sizes: {_dim(tasks[0].axis)} (size {size} in your sample): "
+                         f"{_join(sorted(t.size for t in tasks))} not judged: the check's time budget ran out")
+        self.unrun.clear()
+        context.sample_index = None
+        if self.reduced:
+            context.note("sizes: the several-blocks sizes were made smaller to stay within the time budget (as for a "
+                         "kernel run by Triton's interpreter): " + "; ".join(
+                             f"sample {task.index}, {_dim(task.axis)} (size {task.axis.size}): {what} of "
+                             f"{task.size} ({why})" for task, what, why in self.reduced))
+        self.reduced.clear()
+
+    def reasons(self):
+        found = []
+        for (index, size), seen in self.seen.items():
+            for verdict in seen.values():
+                if verdict.reason:
+                    found.append(f"sample {index}, size {size}: {verdict.reason}")
+        return list(dict.fromkeys(found))[:3] or ["every variant ran out of time"]
+
+
+def _report(context, run, task, verdict):
+    axis = task.axis
+    context.sample_index = task.index
+    observed = run.pattern(task)
+    context.sample_index = task.index
+    context.dtype = run.judges[task.index].dtype
+    place = axis.where(verdict.argument)
+    dim = f"dim {place.dim}" if place.name == verdict.argument else f"dim {place.dim} of `{place.name}`"
+    when = f"when {dim} (size {axis.size} in your sample) is {task.size}"
+    if observed.get(axis.size) is False:  # one report per root cause, as precision does for a maths error
+        skip(f"the op is wrong at your sample's own sizes too ({verdict.what}, and {when}): gradcheck and "
+             "reference report it there; sizes judges what depends on the size once the sample is right")
+    details = []
+    if len(axis.places) > 1:
+        details.append(f"changed together: {axis.together()}")
+    if verdict.strategy:
+        details.append(f"judged by: {verdict.strategy}")
+    if observed:
+        right = sorted(s for s, ok in observed.items() if ok)
+        wrong = sorted(s for s, ok in observed.items() if not ok)
+        details.append(f"sizes judged for this dim: right at {_join(right) or 'none'}; wrong at {_join(wrong)}")
+    details.append(NOT_SUPPORTED.format(size=task.size, sample=axis.size))
+    hint = pattern_hint(observed)
+    if hint is None and verdict.derivative is not None:
+        hint = derivative_hint(verdict.derivative, has_backward=context.case.is_function)
+    if verdict.raised is not None:
+        context.fail_raised(verdict.raised, when, hint=hint or "backward must return each gradient in the shape of "
+                            "its input: look for a squeeze(), view or sum that drops a dim of size 1",
+                            details=details)
+    context.fail(f"{verdict.what} is wrong {when}", output=verdict.output, argument=verdict.argument,
+                 worst=verdict.worst, error=verdict.error, details=details, hint=hint, evidence=verdict.evidence,
+                 dtype=dtype_label(run.judges[task.index].dtype))
+
+
+def _nothing_to_vary(axes):
+    fixed = [f"{axis.size} ({axis.fixed})" for found in axes.values() for axis in found if axis.fixed]
+    if fixed:
+        return "every dimension size is kept: " + "; ".join(dict.fromkeys(fixed))
+    return "no dimension to resize: every floating tensor argument has only dims of size 0 or 1"
+
+
+def _dim(axis):
+    place = axis.tensor_places[0]
+    return f"dim {place.dim} of `{place.name}`"
+
+
+def _with(axis):
+    ints = [p for p in axis.places if p.dim is None]
+    return f" (changed with {', '.join(p.describe() for p in ints)})" if ints else ""
+
+
+def _join(sizes):
+    return ", ".join(str(size) for size in sizes)
+
+
+check = Sizes()

@@ -1,0 +1,266 @@
+"""Tiled kernels written in torch, right at power-of-two sizes and wrong at others, with correct twins.
+
+Each op imitates how a GPU kernel is written: blocks of ``BLOCK`` columns
+with a mask for the last, partial block, programs of ``ROWS`` rows, a
+reduction split into chunks of ``SPLIT``. Every buggy twin passes every
+other check at its power-of-two sample (:data:`SAMPLES`) and is wrong only at
+sizes that sample does not have, which is what the ``sizes`` check is for:
+
+* :class:`TiledSoftmaxTailReadsNextRow` -- the last block is loaded without
+  its mask, so a row whose width is not a multiple of ``BLOCK`` reads the
+  next row's first elements into its max and sum;
+* :class:`TiledSoftmaxGridFloor` -- backward launches ``rows // ROWS``
+  programs instead of ``cdiv(rows, ROWS)``: the last, partial program is
+  missing and its rows get no gradient;
+* :class:`SplitKMatmulInclusiveEnd` -- each split's end is inclusive, so the
+  element at a boundary between splits is counted twice (right while the
+  reduction fits one split);
+* :class:`BatchCenteredSqueeze` -- ``x.squeeze()`` to accept ``(B, 1, N)``
+  inputs also squeezes a batch of one, and the mean over the batch becomes a
+  mean over the features. Forward and backward share the mistake, so they
+  agree with each other: only ``reference=`` shows it.
+
+Correct twins: :class:`TiledSoftmax`, :class:`SplitKMatmul`,
+:class:`BatchCentered`. :class:`FixedWidthScale` only supports rows of
+``FIXED_WIDTH`` elements and raises otherwise: a size it refuses is noted,
+never failed. The Triton kernel with a missing last program is in
+:mod:`reference_ops.sizes_triton`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd import Function
+
+__all__ = [
+    "BLOCK",
+    "ROWS",
+    "SPLIT",
+    "FIXED_WIDTH",
+    "TiledSoftmax",
+    "TiledSoftmaxTailReadsNextRow",
+    "TiledSoftmaxGridFloor",
+    "SplitKMatmul",
+    "SplitKMatmulInclusiveEnd",
+    "BatchCentered",
+    "BatchCenteredSqueeze",
+    "FixedWidthScale",
+    "softmax_reference",
+    "matmul_reference",
+    "batch_centered_reference",
+    "scale_reference",
+    "SAMPLES",
+]
+
+BLOCK = 4  # columns per block
+ROWS = 2  # rows per program
+SPLIT = 8  # reduction elements per split
+FIXED_WIDTH = 8  # the only row width FixedWidthScale supports
+
+
+# ---------------------------------------------------------------------------
+# Row softmax: column blocks with a mask, programs of ROWS rows
+# ---------------------------------------------------------------------------
+
+
+def _softmax_forward(x, tail_reads_next_row=False):
+    """Softmax over the last dim, each row read block by block from the flat buffer, as a kernel reads it."""
+    n = x.shape[-1]
+    rows = x.reshape(-1, n)
+    if rows.numel() == 0:
+        return x.clone()
+    blocks = -(-n // BLOCK)
+    offsets = torch.arange(blocks * BLOCK, device=x.device).view(blocks, BLOCK)
+    mask = offsets < n
+    if tail_reads_next_row:  # BUG: the last block is loaded like a full one, without its mask
+        mask = torch.ones_like(mask)
+    flat = torch.cat([rows.reshape(-1), rows.new_zeros(blocks * BLOCK)])  # the allocation's slack past the end
+    index = torch.arange(rows.shape[0], device=x.device).view(-1, 1, 1) * n + offsets
+    tiles = torch.where(mask, flat[index], torch.full_like(flat[index], float("-inf")))
+    peak = tiles.amax(dim=(1, 2), keepdim=True)
+    exp = torch.exp(tiles - peak)
+    y = exp / exp.sum(dim=(1, 2), keepdim=True)
+    return y.reshape(rows.shape[0], blocks * BLOCK)[:, :n].reshape(x.shape)  # the store is masked
+
+
+def _softmax_backward(y, grad, last_program_missing=False):
+    """dx = y * (grad - sum(grad * y)), by programs of ROWS rows; differentiable, so double backward works."""
+    n = y.shape[-1]
+    rows, grads = y.reshape(-1, n), grad.reshape(-1, n)
+    dx = rows * (grads - (grads * rows).sum(-1, keepdim=True))
+    programs = -(-rows.shape[0] // ROWS)
+    if last_program_missing:  # BUG: grid = rows // ROWS, so a last, partial program is never launched
+        programs = rows.shape[0] // ROWS
+    covered = min(programs * ROWS, rows.shape[0])
+    dx = torch.cat([dx[:covered], torch.zeros_like(dx[covered:])])
+    return dx.reshape(y.shape)
+
+
+class TiledSoftmax(Function):
+    """Softmax over the last dim, tiled in blocks of ``BLOCK`` columns with a mask for the last one."""
+
+    tail_reads_next_row = False
+    last_program_missing = False
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _softmax_forward(x, ctx_bug(ctx, "tail_reads_next_row"))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return _softmax_backward(y, grad, ctx_bug(ctx, "last_program_missing"))
+
+
+def ctx_bug(ctx, name):
+    """The planted bug ``name`` of the Function ``ctx`` belongs to (False for the correct twin)."""
+    return getattr(getattr(ctx, "_forward_cls", None), name, False)
+
+
+class TiledSoftmaxTailReadsNextRow(TiledSoftmax):
+    """Bug: the last block is loaded without its mask: at a width that is not a multiple of ``BLOCK`` a row's
+    max and sum take in the next row's first elements (the slack past the buffer for the last row)."""
+
+    tail_reads_next_row = True
+
+
+class TiledSoftmaxGridFloor(TiledSoftmax):
+    """Bug: backward launches ``rows // ROWS`` programs: with a row count ``ROWS`` does not divide, the last
+    rows get no gradient."""
+
+    last_program_missing = True
+
+
+def softmax_reference(x):
+    return torch.softmax(x, dim=-1)
+
+
+# ---------------------------------------------------------------------------
+# Split-K matmul: the reduction in chunks of SPLIT, partial products added
+# ---------------------------------------------------------------------------
+
+
+def _split_k(x, weight, inclusive_end=False):
+    """x @ weight.T with the reduction dim split into chunks of SPLIT elements."""
+    k = x.shape[-1]
+    out = x.new_zeros(x.shape[:-1] + weight.shape[:1])
+    for start in range(0, k, SPLIT):
+        stop = min(start + SPLIT + (1 if inclusive_end else 0), k)  # BUG when inclusive: [start, start + SPLIT]
+        out = out + x[..., start:stop] @ weight[:, start:stop].T
+    return out
+
+
+class SplitKMatmul(Function):
+    """``x @ weight.T``, the reduction over ``K`` split into chunks of ``SPLIT`` whose partial products add up."""
+
+    @staticmethod
+    def forward(x, weight):
+        return _split_k(x, weight)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        rows = grad.reshape(-1, grad.shape[-1])
+        return grad @ weight, rows.T @ x.reshape(-1, x.shape[-1])
+
+
+class SplitKMatmulInclusiveEnd(SplitKMatmul):
+    """Bug: each split ends one element late, so the first element of the next split is counted twice;
+    right while ``K`` fits one split."""
+
+    @staticmethod
+    def forward(x, weight):
+        return _split_k(x, weight, inclusive_end=True)
+
+
+def matmul_reference(x, weight):
+    return x @ weight.T
+
+
+# ---------------------------------------------------------------------------
+# Batch centering: the mean subtraction of a batch norm, with a weight
+# ---------------------------------------------------------------------------
+
+
+def _centered(x, squeeze=False):
+    if squeeze:  # BUG: meant to accept (B, 1, N) too, it also squeezes a batch of one
+        rows = x.squeeze()
+        return (rows - rows.mean(0)).view_as(x)
+    return x - x.mean(0, keepdim=True)
+
+
+class BatchCentered(Function):
+    """``(x - x.mean(0)) * weight`` for ``x`` of shape ``(B, N)`` and ``weight`` of shape ``(N,)``."""
+
+    squeeze = False
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return _centered(x, ctx_bug(ctx, "squeeze")) * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        squeeze = ctx_bug(ctx, "squeeze")
+        return _centered(grad * weight, squeeze), (grad * _centered(x, squeeze)).sum(0)
+
+
+class BatchCenteredSqueeze(BatchCentered):
+    """Bug: ``x.squeeze()`` also drops a batch of one, so the mean is taken over the features; forward and
+    backward share it (they agree with each other), so only ``reference=`` shows it."""
+
+    squeeze = True
+
+
+def batch_centered_reference(x, weight):
+    return (x - x.mean(0, keepdim=True)) * weight
+
+
+# ---------------------------------------------------------------------------
+# A kernel built for one width: other widths are refused, not wrong
+# ---------------------------------------------------------------------------
+
+
+class FixedWidthScale(Function):
+    """``x * weight`` for rows of exactly ``FIXED_WIDTH`` elements (a kernel specialised for one width); other
+    widths raise ValueError."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        if x.shape[-1] != FIXED_WIDTH or weight.shape != (FIXED_WIDTH,):
+            raise ValueError(f"FixedWidthScale is built for rows of {FIXED_WIDTH} elements, got x of shape "
+                             f"{tuple(x.shape)} and weight of shape {tuple(weight.shape)}")
+        ctx.save_for_backward(x, weight)
+        return x * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad * weight, (grad * x).reshape(-1, FIXED_WIDTH).sum(0)
+
+
+def scale_reference(x, weight):
+    return x * weight
+
+
+def _randn(*shape, generator=None):
+    return torch.randn(*shape, generator=generator)
+
+
+SAMPLES = {
+    # power-of-two sizes that BLOCK, ROWS and SPLIT divide: every op here is right at them
+    "softmax": lambda generator=None: [(_randn(4, 8, generator=generator),)],
+    "matmul": lambda generator=None: [(_randn(2, 8, generator=generator), _randn(4, 8, generator=generator))],
+    "batch_centered": lambda generator=None: [(_randn(4, 8, generator=generator),
+                                               _randn(8, generator=generator) + 1.5)],
+    "fixed_width": lambda generator=None: [(_randn(4, FIXED_WIDTH, generator=generator),
+                                            _randn(FIXED_WIDTH, generator=generator))],
+}
+"""Sample factories by family: ``SAMPLES["softmax"](generator)`` is a list of argument tuples."""

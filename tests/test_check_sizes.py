@@ -1,0 +1,524 @@
+"""The sizes check reruns the op at sizes its samples do not have, and names the dim and the size that break it."""
+
+import re
+import textwrap
+
+import pytest
+import torch
+
+from pytest_autograd import Sample
+from pytest_autograd.engine.api import run_checks
+from pytest_autograd.engine.outcomes import UsageProblem
+
+HEADER = """
+import pytest, torch
+from reference_ops.sizes import *
+"""
+
+
+def run(pytester, run_pytest, source, *args, checks="sizes"):
+    pytester.makepyfile(test_ops=HEADER + textwrap.dedent(source))
+    return run_pytest(f"--autograd-checks={checks}", "-rs", *args)
+
+
+def sizes_outcome(op, samples, **options):
+    (outcome,) = run_checks(op, samples=samples, checks=["sizes"], **options)
+    return outcome
+
+
+# ---------------------------------------------------------------------------
+# The bugs it catches, at sizes the power-of-two samples do not have
+# ---------------------------------------------------------------------------
+
+
+def test_a_last_block_read_without_its_mask_fails_at_a_width_that_is_not_a_multiple_of_the_block(
+        pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=TiledSoftmaxTailReadsNextRow)
+        def test_softmax():
+            return SAMPLES["softmax"]()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` is wrong when dim 1 (size 8 in your sample) is 9",
+        "*check sizes, device cpu, dtype float64, sample 0",
+        "*argument: x",
+        "*worst element: grad x[[]*[]]: expected * (numerical), got * (analytical)",
+        "*abs error * > tolerance *",
+        "*judged by: the derivative engine in float64 (finite differences)",
+        "*sizes judged for this dim: right at 4, 8, 16; wrong at 1, 7, 9, 17",
+        "*if the op does not support size 9 by design, make it raise there*sizes={8: None} to keep it fixed",
+        "*hint: the wrong sizes are exactly those that are not a multiple of 4 (right at 4, 8, 16; wrong at 1, 7, 9, "
+        "17): the last, partial block is mishandled: check its mask*",
+        "*rerun: *test_ops.py::test_softmax*sizes-cpu*",
+    ])
+
+
+def test_a_backward_grid_with_floor_division_fails_at_a_row_count_the_program_size_does_not_divide(
+        pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=TiledSoftmaxGridFloor, reference=softmax_reference)
+        def test_softmax():
+            return SAMPLES["softmax"]()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` is wrong when dim 0 (size 4 in your sample) is 5",
+        "*worst element: grad x[[]4, *[]]: expected *, got 0",
+        "*judged by: outputs and gradients in float64 against the reference's (same cotangent)",
+        "*hint: the wrong sizes are exactly those that are not a multiple of 2 *that the grid covers it "
+        "(triton.cdiv(n, BLOCK), not n // BLOCK)",
+    ])
+
+
+def test_a_split_boundary_counted_twice_fails_once_the_reduction_spans_two_splits(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=SplitKMatmulInclusiveEnd, reference=matmul_reference)
+        def test_matmul():
+            return SAMPLES["matmul"]()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "output is wrong when dim 1 of `x` (size 8 in your sample) is 9",
+        "*output: output",
+        "*changed together: dim 1 of `x`, dim 1 of `weight`",
+        "*hint: sizes up to 8 are right and every larger one is wrong (right at 1, 4, 7, 8; wrong at 9, 16, 17): "
+        "the op is right only while the dim fits in one block or split*",
+    ])
+
+
+def test_a_split_boundary_bug_is_caught_by_finite_differences_without_a_reference(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=SplitKMatmulInclusiveEnd)
+        def test_matmul():
+            return SAMPLES["matmul"]()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["gradient w.r.t. `*` is wrong when dim 1 (size 8 in your sample) is 9"])
+
+
+def test_a_batch_of_one_squeezed_away_fails_only_at_size_one(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=BatchCenteredSqueeze, reference=batch_centered_reference)
+        def test_centered():
+            return SAMPLES["batch_centered"]()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "output is wrong when dim 0 of `x` (size 4 in your sample) is 1",
+        "*worst element: output[[]0, *[]]: expected 0, got *",
+        "*hint: only size 1 is wrong (right at 2, 3, 4, 5, 8, 9; wrong at 1): a dim of size 1 is dropped or "
+        "mishandled, e.g. a squeeze() that removes it too*",
+    ])
+
+
+def test_a_triton_kernel_whose_backward_grid_forgets_the_last_program_fails_in_the_interpreter(pytester, run_pytest):
+    pytest.importorskip("triton")
+    from pytest_autograd.engine.triton_interpreter import interpreter_on
+
+    if not interpreter_on():
+        pytest.skip("Triton kernels run on CPU tensors only in the interpreter (TRITON_INTERPRET=1)")
+    pytester.makepyfile(test_ops="""
+        import pytest
+        from reference_ops.sizes_triton import TritonScaleColumnsGridFloor, scale_columns_reference, SAMPLES
+
+        @pytest.mark.autograd_op(op=TritonScaleColumnsGridFloor, reference=scale_columns_reference)
+        def test_scale():
+            return SAMPLES()
+    """)
+    result = run_pytest("--autograd-checks=sizes")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` is wrong when dim 0 (size 8 in your sample) is 9",
+        "*worst element: grad x[[]8, *[]]: expected *, got 0",
+        "*hint: the wrong sizes are exactly those that are not a multiple of 4 *not n // BLOCK)",
+    ])
+
+
+def test_a_backward_that_returns_a_squeezed_gradient_at_size_one_fails_naming_the_shape(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        class RowScale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w):
+                ctx.save_for_backward(x, w)
+                return x * w[:, None]
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, w = ctx.saved_tensors
+                return grad * w[:, None], (grad * x).sum(1).squeeze()   # BUG: a batch of one loses its dim
+
+        @pytest.mark.autograd_op(op=RowScale)
+        def test_row_scale():
+            return [(torch.randn(4, 3), torch.randn(4))]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "the op's backward raised RuntimeError when dim 0 of `x` (size 4 in your sample) is 1: *invalid gradient*",
+        "*hint: *squeeze*",
+    ])
+
+
+def test_a_float32_only_kernel_with_a_tail_bug_is_judged_in_float32_and_fails(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        class Float32OnlySoftmaxTail(TiledSoftmaxTailReadsNextRow):
+            @staticmethod
+            def forward(ctx, x):
+                if x.dtype != torch.float32:
+                    raise TypeError(f"only float32 is supported, got {x.dtype}")
+                return TiledSoftmaxTailReadsNextRow.forward(ctx, x)
+
+        @pytest.mark.autograd_op(op=Float32OnlySoftmaxTail, reference=softmax_reference)
+        def test_with_reference():
+            return SAMPLES["softmax"]()
+
+        @pytest.mark.autograd_op(op=Float32OnlySoftmaxTail)
+        def test_without():
+            return SAMPLES["softmax"]()
+    """)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "output is wrong when dim 1 of `x` (size 8 in your sample) is 9",
+        "*check sizes, device cpu, dtype float32, sample 0",
+        "*normwise error * > budget *",
+        "*judged by: outputs and gradients in float32 against the reference's in float64 on the same rounded inputs",
+    ])
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` is wrong when dim 1 (size 8 in your sample) is 9",
+        "*check sizes, device cpu, dtype float32, sample 0",
+        "*judged by: central differences in float32*",
+    ])
+
+
+# ---------------------------------------------------------------------------
+# No false alarms: correct twins, refused sizes, shapes tied across arguments
+# ---------------------------------------------------------------------------
+
+CORRECT_TWINS = """
+@pytest.mark.autograd_op(op=TiledSoftmax, reference=softmax_reference)
+def test_softmax():
+    return SAMPLES["softmax"]()
+
+@pytest.mark.autograd_op(op=SplitKMatmul, reference=matmul_reference)
+def test_matmul():
+    return SAMPLES["matmul"]()
+
+@pytest.mark.autograd_op(op=BatchCentered, reference=batch_centered_reference)
+def test_centered():
+    return SAMPLES["batch_centered"]()
+
+@pytest.mark.autograd_op(op=FixedWidthScale, reference=scale_reference)
+def test_fixed_width():
+    return SAMPLES["fixed_width"]()
+"""
+
+BUGGY_TWINS = """
+@pytest.mark.autograd_op(op=TiledSoftmaxTailReadsNextRow, reference=softmax_reference, skip=["sizes"])
+def test_softmax_tail():
+    return SAMPLES["softmax"]()
+
+@pytest.mark.autograd_op(op=TiledSoftmaxGridFloor, reference=softmax_reference, skip=["sizes"])
+def test_softmax_grid():
+    return SAMPLES["softmax"]()
+
+@pytest.mark.autograd_op(op=SplitKMatmulInclusiveEnd, reference=matmul_reference, skip=["sizes"])
+def test_matmul_split():
+    return SAMPLES["matmul"]()
+
+@pytest.mark.autograd_op(op=BatchCenteredSqueeze, reference=batch_centered_reference, skip=["sizes"])
+def test_centered_squeeze():
+    return SAMPLES["batch_centered"]()
+"""
+
+
+def test_the_correct_twins_pass_every_default_check(pytester, run_pytest):
+    pytester.makepyfile(test_ops=HEADER + CORRECT_TWINS)
+    result = run_pytest("-rfs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    assert outcomes["passed"] >= 4 * 12
+
+
+def test_at_their_power_of_two_samples_the_buggy_twins_pass_every_other_default_check(pytester, run_pytest):
+    pytester.makepyfile(test_ops=HEADER + BUGGY_TWINS)
+    result = run_pytest("-rfs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    assert outcomes["passed"] >= 4 * 12
+
+
+def test_the_correct_triton_kernel_passes_every_default_check_and_its_twin_every_other(pytester, run_pytest):
+    pytest.importorskip("triton")
+    from pytest_autograd.engine.triton_interpreter import interpreter_on
+
+    if not interpreter_on():
+        pytest.skip("Triton kernels run on CPU tensors only in the interpreter (TRITON_INTERPRET=1)")
+    pytester.makepyfile(test_ops="""
+        import pytest
+        from reference_ops.sizes_triton import *
+
+        @pytest.mark.autograd_op(op=TritonScaleColumns, reference=scale_columns_reference)
+        def test_scale():
+            return SAMPLES()
+
+        @pytest.mark.autograd_op(op=TritonScaleColumnsGridFloor, reference=scale_columns_reference, skip=["sizes"])
+        def test_scale_grid_floor():
+            return SAMPLES()
+    """)
+    result = run_pytest("-rfs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    assert outcomes["passed"] >= 2 * 10
+
+
+def test_a_width_the_kernel_refuses_is_noted_and_the_other_dims_are_still_judged(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=FixedWidthScale, reference=scale_reference)
+        def test_fixed_width():
+            return SAMPLES["fixed_width"]()
+    """, "-rP")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*sample 0: sizes: dim 1 of `x` (size 8 in your sample): the op refuses 1, 7, 9, 17, 2051 (ValueError: "
+        "FixedWidthScale is built for rows of 8 elements, *): not judged there*",
+    ])
+
+
+def test_sizes_none_keeps_a_dim_fixed_without_a_note(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=FixedWidthScale, reference=scale_reference, sizes={8: None})
+        def test_fixed_width():
+            return SAMPLES["fixed_width"]()
+    """, "-rP")
+    result.assert_outcomes(passed=1)
+    assert "the op refuses" not in result.stdout.str()
+
+
+def test_an_op_that_refuses_every_variant_is_skipped_saying_why(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        def exactly_4_by_8(x):
+            if tuple(x.shape) != (4, 8):
+                raise ValueError("built for 4 x 8 only")
+            return x * 2
+
+        @pytest.mark.autograd_op(op=exactly_4_by_8)
+        def test_fixed():
+            return [(torch.randn(4, 8),)]
+    """)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * no size variant could be judged: sample 0, size 4: ValueError: built for "
+                                 "4 x 8 only*"])
+
+
+def test_an_op_without_dims_to_resize_is_skipped_saying_why(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=torch.mul)
+        def test_scalars():
+            return [(torch.tensor(1.5), torch.ones(1, 1))]
+    """)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * no dimension to resize: every floating tensor argument has only dims of "
+                                 "size 0 or 1"])
+
+
+def test_explicit_sizes_replace_the_derived_ones(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=TiledSoftmaxTailReadsNextRow, sizes={8: [12, 16, 13], 4: None})
+        def test_softmax():
+            return SAMPLES["softmax"]()
+
+        @pytest.mark.autograd_op(op=TiledSoftmaxTailReadsNextRow, sizes={8: [12, 16], 4: None})
+        def test_softmax_at_multiples_of_the_block():
+            return SAMPLES["softmax"]()
+    """)
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["gradient w.r.t. `x` is wrong when dim 1 (size 8 in your sample) is 13"])
+
+
+def test_an_int_argument_equal_to_a_size_changes_with_it():
+    def rows_of(x, n_cols):  # a kernel wrapper that takes the row length as an argument
+        return x.reshape(-1, n_cols).sum(-1)
+
+    outcome = sizes_outcome(rows_of, [Sample(torch.randn(3, 8), 8)], reference=lambda x, n_cols: x.sum(-1))
+    assert outcome.status == "passed", outcome.detail
+    assert "refuses" not in outcome.detail
+
+
+@pytest.mark.parametrize("op, samples, options", [
+    pytest.param(torch.nn.Linear(4, 3), [Sample(torch.randn(2, 4))], {}, id="module parameters"),
+    pytest.param(torch.nn.functional.layer_norm, [Sample(torch.randn(3, 6), [6], torch.randn(6), torch.randn(6))],
+                 {"reference": torch.nn.functional.layer_norm}, id="normalized_shape follows its dim"),
+    pytest.param(torch.nn.functional.cross_entropy, [Sample(torch.randn(4, 5), torch.tensor([0, 4, 2, 1]))], {},
+                 id="integer targets"),
+    pytest.param(lambda idx, w: torch.nn.functional.embedding(idx, w),
+                 [Sample(torch.tensor([1, 9, 3, 0, 5, 7]), torch.randn(10, 4))], {}, id="indices into a resized dim"),
+    pytest.param(lambda q, k, v, mask: torch.softmax(q @ k.mT + mask, -1) @ v,
+                 [Sample(torch.randn(2, 4, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8),
+                         torch.full((4, 4), float("-inf")).triu(1))], {"constants": ("mask",)},
+                 id="a -inf mask constant"),
+    pytest.param(lambda x, scale: x * scale, [Sample(torch.randn(3, 4), torch.tensor(1.5))], {}, id="0-d tensor"),
+    pytest.param(torch.tanh, [Sample(torch.randn(0, 4))], {}, id="size-0 dim"),
+    pytest.param(lambda x, *, w: x * w, [Sample(torch.randn(3, 4), w=torch.randn(4))], {}, id="keyword tensor"),
+    pytest.param(lambda x, k: torch.topk(x, k).values, [Sample(torch.randn(3, 6), 3)], {}, id="k equal to a size"),
+    pytest.param(lambda a: torch.linalg.cholesky(a @ a.mT + 4 * torch.eye(a.shape[-1], dtype=a.dtype)),
+                 [Sample(torch.randn(4, 4))], {}, id="square matrices"),
+    pytest.param(lambda x: torch.sort(x, -1).values, [Sample(torch.randn(3, 5))], {}, id="sort"),
+    pytest.param(torch.logdet, [Sample(torch.randn(4, 4) @ torch.randn(4, 4).T + torch.eye(4))], {},
+                 id="outside the domain at some sizes"),
+    pytest.param(lambda z: (z * z.conj()).real, [Sample(torch.randn(3, 4, dtype=torch.complex64))], {},
+                 id="complex"),
+])
+def test_correct_ops_with_shape_constraints_never_fail(op, samples, options):
+    outcome = sizes_outcome(op, samples, **options)
+    assert outcome.status in ("passed", "skipped"), outcome.detail
+
+
+def test_a_size_that_an_integer_tensor_holds_as_a_value_is_kept_and_noted():
+    def segment_sums(x, cu_seqlens):
+        return torch.stack([x[int(a):int(b)].sum(0) for a, b in zip(cu_seqlens[:-1], cu_seqlens[1:])])
+
+    outcome = sizes_outcome(segment_sums, [Sample(torch.randn(7, 4), torch.tensor([0, 3, 7]))])
+    assert outcome.status == "passed", outcome.detail
+    assert "sizes: dim 0 of `x` (size 7 in your sample) kept: `cu_seqlens` holds it as its largest value" \
+        in outcome.detail
+
+
+def test_a_float32_only_kernel_with_a_long_reduction_is_never_failed_for_rounding():
+    from reference_ops.sizes import SplitKMatmul
+
+    class Float32OnlySplitK(SplitKMatmul):
+        @staticmethod
+        def forward(x, weight):
+            if x.dtype != torch.float32:
+                raise TypeError(f"only float32 is supported, got {x.dtype}")
+            return SplitKMatmul.forward(x, weight)
+
+    samples = [Sample(torch.randn(2, 64), torch.randn(4, 64))]
+    for reference in (lambda x, weight: x @ weight.T, None):
+        outcome = sizes_outcome(Float32OnlySplitK, samples, reference=reference)
+        assert outcome.status == "passed", outcome.detail
+        assert "judged by" in outcome.detail and "float32" in outcome.detail
+
+
+# ---------------------------------------------------------------------------
+# sizes= on the marker: validated, with the fix in the message
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes, message", [
+    ([8, 9], "sizes= must be a dict from a dimension size in your samples to the sizes to try instead"),
+    ({"x": [3]}, "sizes= keys are dimension sizes of your samples (ints >= 0), got 'x'"),
+    ({8: "9"}, "sizes={8: '9'}: give a list of sizes to try instead of 8, or None to keep 8 fixed"),
+    ({8: [9, -1]}, "sizes={8: ...} holds -1; sizes are ints >= 0"),
+    ({65: None}, "sizes= names size 65, which no floating tensor argument of any sample has; the sizes in your "
+                 "samples are: 4, 8."),
+])
+def test_a_malformed_sizes_option_is_refused_naming_the_fix(sizes, message):
+    from reference_ops.sizes import TiledSoftmax
+
+    with pytest.raises(UsageProblem) as raised:
+        sizes_outcome(TiledSoftmax, [Sample(torch.randn(4, 8))], sizes=sizes)
+    assert message in str(raised.value)
+
+
+def test_a_malformed_sizes_option_fails_the_item_with_the_message(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=TiledSoftmax, sizes={65: None})
+        def test_softmax():
+            return SAMPLES["softmax"]()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*sizes= names size 65, which no floating tensor argument of any sample has*"])
+
+
+# ---------------------------------------------------------------------------
+# The variants themselves, and the patterns the hints state
+# ---------------------------------------------------------------------------
+
+
+def test_each_size_is_tried_one_past_and_one_short_of_itself_at_one_past_a_power_of_two_and_over_several_blocks():
+    from pytest_autograd.checks._size_variants import derived_sizes
+
+    assert [size for size, _ in derived_sizes(256, lambda m: 8 * m, 8 * 256)] == [257, 255, 1, 513, 2051]
+    assert [size for size, _ in derived_sizes(2, lambda m: m, 2)] == [3, 1, 5, 2051]
+    square = [size for size, _ in derived_sizes(4, lambda m: m * m, 16)]
+    assert square[:4] == [5, 3, 1, 9] and square[4] * square[4] <= 1 << 18 and square[4] % 8 == 3
+
+
+def test_a_variant_changes_every_dim_and_int_of_the_size_and_keeps_values_in_the_samples_range():
+    from pytest_autograd.checks._size_variants import axes_of, variant
+    from pytest_autograd.engine.case import build_case
+
+    x, w = torch.rand(3, 4) + 1.0, torch.rand(4, 4)
+    case = build_case({"op": lambda x, w, n, idx: x, "constants": ("w",)}, [Sample(x, w, 4, torch.tensor([0, 3, 2]))])
+    (axis,) = [a for a in axes_of(case, case.samples[0], {}) if a.size == 4]
+    assert [p.describe() for p in axis.places] == ["dim 1 of `x`", "dim 0 of `w`", "dim 1 of `w`",
+                                                   "`n` (an int argument equal to the size)"]
+    grown = variant(case, case.samples[0], axis, 9, torch.Generator().manual_seed(0))
+    gx, gw, n, _ = grown.args
+    assert gx.shape == (3, 9) and gw.shape == (9, 9) and n == 9
+    assert torch.equal(gx[:, :4], x) and bool((gx >= x.min()).all() and (gx <= x.max()).all())
+    assert len(set(gx.flatten().tolist())) == gx.numel(), "repeated values must not tie"
+    assert torch.equal(gw[:4, 4:8], w), "constants are repeated exactly"
+    shrunk = variant(case, case.samples[0], axis, 2, torch.Generator().manual_seed(0))
+    assert torch.equal(shrunk.args[0], x[:, :2]) and shrunk.args[2] == 2
+    assert shrunk.args[3].tolist() == [0, 1, 0], "indices that could index the shrunk dim stay inside it"
+
+
+@pytest.mark.parametrize("observed, start", [
+    ({1: False, 2: True, 3: True, 4: True, 5: True}, "only size 1 is wrong"),
+    ({1: False, 3: False, 4: True, 5: False, 8: True, 9: False}, "the wrong sizes are exactly those that are not a "
+                                                                   "multiple of 4"),
+    ({1: True, 4: True, 8: True, 9: False, 16: False}, "sizes up to 8 are right and every larger one is wrong"),
+    ({1: False, 3: False, 8: True, 9: True}, "sizes below 8 are wrong and the others right"),
+    ({1: True, 3: False, 8: True, 9: True}, None),
+])
+def test_a_pattern_is_stated_only_when_every_size_judged_fits_it(observed, start):
+    from pytest_autograd.checks._size_hints import pattern_hint
+
+    hint = pattern_hint(observed)
+    assert (hint is None) if start is None else hint.startswith(start), hint
+
+
+def test_a_several_blocks_size_too_slow_to_judge_is_made_smaller_and_noted():
+    import time
+
+    def slow_past_50_rows(x):
+        if x.shape[0] > 50:  # a kernel run by an interpreter: slow in proportion to its programs
+            for _ in range(100):
+                time.sleep(0.05)
+        return x * 2
+
+    outcome = sizes_outcome(slow_past_50_rows, [Sample(torch.randn(4, 3))], reference=lambda x: x * 2)
+    assert outcome.status == "passed", outcome.detail
+    assert "the several-blocks sizes were made smaller to stay within the time budget" in outcome.detail
+    found = re.search(r"sample 0, dim 0 of `x` \(size 4\): (\d+) instead of 2051 \(one forward at \d+ takes over "
+                      r"0\.25 s", outcome.detail)
+    assert found is not None and 9 < int(found.group(1)) <= 50, outcome.detail
+
+
+def test_a_bug_at_the_samples_own_size_is_left_to_gradcheck_which_reports_it():
+    from reference_ops.buggy import LinearWeightGradTransposed
+
+    samples = [Sample(torch.randn(3, 4), torch.randn(4, 4), torch.randn(4))]
+    gradcheck, sizes = run_checks(LinearWeightGradTransposed, samples=samples, checks=["gradcheck", "sizes"])
+    assert gradcheck.status == "failed"
+    assert sizes.status == "skipped", sizes.detail
+    assert sizes.detail.startswith("the op is wrong at your sample's own sizes too (gradient w.r.t. `weight`, and "
+                                   "when dim ")
+    assert "gradcheck and reference report it there" in sizes.detail
+
+
+def test_an_op_that_raises_at_its_own_sample_fails_as_it_does_in_every_check():
+    class BackwardRaises(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("my kernel has no backward for this shape")
+
+    outcome = sizes_outcome(BackwardRaises, [Sample(torch.randn(3, 4))])
+    assert outcome.status == "failed"
+    assert outcome.detail.startswith("the op's backward raised RuntimeError: my kernel has no backward for this shape")
