@@ -70,7 +70,8 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     else:
         found = probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes)
         if found is not None:  # probes judge one cotangent: say when backward is not even linear in it
-            mark_nonlinear(found, _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol))
+            nonlinear = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
+            mark_nonlinear(found, nonlinear)
     if found is None:
         found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
     # A failure, or random probes let through at kinks, where ties may explain them: judged where none flips.
