@@ -10,6 +10,16 @@
 * :class:`CubeCachesInput`: saves ``x`` with ``ctx.save_for_backward`` (as it
   should) but also appends it to a module-level cache, which keeps it alive.
   Twin: :class:`reference_ops.Cube`.
+* :class:`GeluSavesCdf`: GELU whose forward saves the intermediate
+  ``Phi(x)`` and whose backward uses it: right first derivative, but double
+  backward sees ``Phi(x)`` as a constant (it has no graph) and misses its
+  term. Twin: :class:`Gelu`, which recomputes it in backward.
+* :class:`TanhSavesSlope`: the same bug where backward uses nothing else
+  (``grad * (1 - y^2)`` with ``1 - y^2`` saved): the second derivative is
+  all zeros. Twin: :class:`TanhSavesOutput`, which saves the output.
+* :class:`CubeHalfSecondDerivativeSavesUnused`: a wrong second derivative
+  (``3 x x.detach()``) of an op that also saves an intermediate it never
+  uses: that intermediate explains nothing, and the report must not blame it.
 """
 
 from __future__ import annotations
@@ -22,6 +32,11 @@ __all__ = [
     "SquareSqrtOfSavedOutput",
     "SquareNoDoubleBackward",
     "CubeCachesInput",
+    "Gelu",
+    "GeluSavesCdf",
+    "TanhSavesOutput",
+    "TanhSavesSlope",
+    "CubeHalfSecondDerivativeSavesUnused",
     "square_samples",
 ]
 
@@ -97,6 +112,87 @@ class CubeCachesInput(Function):
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         return 3 * x * x * grad
+
+
+def _normal_cdf(x):
+    return 0.5 * (1 + torch.erf(x / 2 ** 0.5))
+
+
+def _normal_pdf(x):
+    return torch.exp(-x * x / 2) / (2 * torch.pi) ** 0.5
+
+
+class Gelu(Function):
+    """``x Phi(x)``; backward recomputes ``Phi(x)`` from the saved input, so it is differentiable again."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * _normal_cdf(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (_normal_cdf(x) + x * _normal_pdf(x))
+
+
+class GeluSavesCdf(Function):
+    """BUG: saves the intermediate ``Phi(x)`` computed in forward; double backward treats it as a constant."""
+
+    @staticmethod
+    def forward(ctx, x):
+        cdf = _normal_cdf(x)
+        ctx.save_for_backward(x, cdf)
+        return x * cdf
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, cdf = ctx.saved_tensors
+        return grad * (cdf + x * _normal_pdf(x))
+
+
+class TanhSavesOutput(Function):
+    """``tanh``; saves its output, which keeps its graph, so ``grad * (1 - y^2)`` is differentiable again."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * (1 - y * y)
+
+
+class TanhSavesSlope(Function):
+    """BUG: saves the intermediate slope ``1 - y^2``: double backward sees a constant, every second derivative is 0."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(1 - y * y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (slope,) = ctx.saved_tensors
+        return grad * slope
+
+
+class CubeHalfSecondDerivativeSavesUnused(Function):
+    """BUG: ``3 x x.detach()`` halves the second derivative; the saved ``2 x`` is never used."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x, 2 * x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, _ = ctx.saved_tensors
+        return grad * 3 * x * x.detach()
 
 
 def square_samples(generator=None, dtype=torch.float32):

@@ -129,6 +129,40 @@ def test_a_backward_that_shortcuts_to_zero_past_4_fails_at_a_moderate_magnitude(
     ])
 
 
+def test_the_shortcut_hint_says_the_op_is_right_on_the_unscaled_samples(pytester):
+    result = run_edges(pytester, "SoftplusShortcut", "softplus", ", reference=torch.nn.functional.softplus")
+    result.stdout.fnmatch_lines(["*hint: backward is wrong at large |x| although it stays finite: a shortcut that "
+                                 "returns 0 past a threshold (the op's gradient is 0 where the derivative is not), and "
+                                 "right on the samples as they are*"])
+
+
+def test_a_backward_wrong_everywhere_is_not_blamed_on_large_inputs(pytester):
+    pytester.makepyfile(test_ops="""
+import pytest, torch
+
+class SoftplusDoubledGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * grad * torch.sigmoid(x)  # BUG at every magnitude
+
+@pytest.mark.autograd_op(op=SoftplusDoubledGradient, reference=torch.nn.functional.softplus)
+def test_softplus():
+    return [(torch.randn(3, 5),)]
+""")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                          "--autograd-checks=extreme", "--autograd-shrink=0")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*hint: backward is wrong on the samples as they are too, not only at large |x|: the "
+                                 "formula itself is off, not a large-|x| branch*"])
+    assert "shortcut" not in result.stdout.str() and "saturation branch" not in result.stdout.str()
+
+
 def test_the_correct_softplus_passes_at_every_magnitude_in_every_dtype(pytester):
     marker = ", reference=torch.nn.functional.softplus, dtypes=['float32', 'float16', 'bfloat16']"
     run_edges(pytester, "Softplus", "softplus", marker).assert_outcomes(passed=1)

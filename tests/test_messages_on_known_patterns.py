@@ -124,3 +124,64 @@ def test_linear():
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED * constants=('weight', 'bias') leaves fewer than two differentiable "
                                  "inputs in every sample: there is no subset of inputs to vary"])
+
+
+SAVED_INTERMEDIATE = ("*hint: forward computed and saved ctx.saved_tensors[[]{index}[]] of {op} (shape (3, 4)), which has "
+                      "no graph (forward runs without one), so double backward treats it as a constant and loses its "
+                      "dependence on `x`: holding every such saved tensor fixed gives exactly the analytical second "
+                      "derivative. Recompute it inside backward from the saved inputs*")
+
+
+def test_an_intermediate_saved_in_forward_is_named_as_the_cause_of_a_wrong_second_derivative(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+@pytest.mark.autograd_op(op=GeluSavesCdf)
+def test_gelu():
+    return [(torch.randn(3, 4),)]
+
+@pytest.mark.autograd_op(op=TanhSavesSlope)
+def test_tanh():
+    return [(torch.randn(3, 4),)]
+""", "--autograd-checks=gradcheck,gradgradcheck", "--autograd-shrink=0")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines([
+        "second derivative of grad x w.r.t. `x` does not match the numerical one",
+        "*",
+        "*",
+        "*",
+        "*",
+        SAVED_INTERMEDIATE.format(index=1, op="GeluSavesCdf"),
+    ])
+    result.stdout.fnmatch_lines([
+        "backward is not differentiable w.r.t. `x`: the analytical second derivative is all zeros while the numerical "
+        "one is not",
+        "*",
+        "*",
+        "*",
+        "*",
+        SAVED_INTERMEDIATE.format(index=0, op="TanhSavesSlope"),
+    ])
+
+
+def test_the_twins_that_recompute_or_save_the_output_pass_every_default_check(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+@pytest.mark.autograd_op(op=Gelu, reference=torch.nn.functional.gelu)
+def test_gelu():
+    return [(torch.randn(3, 4),)]
+
+@pytest.mark.autograd_op(op=TanhSavesOutput, reference=torch.tanh)
+def test_tanh():
+    return [(torch.randn(3, 4),)]
+""")
+    assert result.parseoutcomes().get("failed", 0) == 0, result.stdout.str()
+
+
+def test_a_saved_intermediate_that_explains_nothing_is_not_blamed(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+@pytest.mark.autograd_op(op=CubeHalfSecondDerivativeSavesUnused)
+def test_cube():
+    return [(torch.randn(3, 4),)]
+""", "--autograd-checks=gradgradcheck", "--autograd-shrink=0")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*hint: the backward's own gradient is wrong: check the ops backward uses on saved "
+                                 "tensors"])
+    assert "forward computed and saved" not in result.stdout.str()

@@ -52,7 +52,7 @@ def test_gradcheck_report_names_check_device_dtype_sample_argument_and_worst_ele
         "  output: output, argument: b",
         "  worst element: d output[[]*] / d b[[]*]: expected * (numerical), got * (analytical)",
         "  abs error * > tolerance * (full Jacobian)",
-        "  hint: the analytical gradient is twice the numerical one: a constant factor is off",
+        "  hint: the analytical gradient is twice the numerical one at every element of `b`: a constant factor is off",
         "  seed: *",
         '  rerun: pytest "test_ops.py::test_mul[[]gradcheck-cpu[]]" --autograd-seed=3',
     ], consecutive=True)

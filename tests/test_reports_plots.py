@@ -52,9 +52,42 @@ def test_a_wrong_output_above_two_dimensions_is_drawn_with_its_leading_dims_flat
     """)
     result = run_pytest("--autograd-plots=pictures")
     result.assert_outcomes(failed=1)
-    (panel,) = saved_panels(pytester.path / "pictures", "test_ops.py-test_double-reference-cpu")
+    # The zeroed element is wrong in the output and, having no gradient, in the gradient too: a row for each.
+    panel, gradient = saved_panels(pytester.path / "pictures", "test_ops.py-test_double-reference-cpu")
+    assert panel["label"] == "output" and gradient["label"] == "grad x"
     assert panel["expected"].shape == (6, 5) and panel["reduced"] == "dims 2x3 flattened into rows"
-    assert panel["worst"] == (1 * 3 + 2, 3)
+    assert panel["worst"] == gradient["worst"] == (1 * 3 + 2, 3)
+
+
+def test_the_circle_marks_the_element_the_report_names_and_a_cross_the_largest_difference(pytester, run_pytest):
+    pytest.importorskip("matplotlib")
+    pytester.makepyfile(test_ops="""
+        import pytest, torch
+
+        SCALE = torch.tensor([0.001, 1000.0], dtype=torch.float64)
+        WRONG = torch.tensor([0.003, 1001.5], dtype=torch.float64)
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * SCALE.to(x.dtype)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * WRONG.to(grad.dtype)  # 3x off on the tiny entry, 0.15% on the large one
+
+        @pytest.mark.autograd_op(op=Scale, checks=["gradcheck"])
+        def test_scale():
+            return [(torch.tensor([1.0, 2.0]),)]
+    """)
+    result = run_pytest("--autograd-plots=pictures", "--autograd-shrink=0")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["  worst element: d output[[]0] / d x[[]0]: expected 0.001 (numerical), got 0.003 "
+                                 "(analytical)"])
+    (panel,) = saved_panels(pytester.path / "pictures", "test_ops.py-test_scale-gradcheck-cpu")
+    assert panel["worst"] == (0, 0)  # what the report names: the largest error over its tolerance
+    assert panel["largest"] == (1, 1)  # the largest |got - expected|, elsewhere
+    assert panel["ranking"].startswith("the largest |got - expected| relative to its tolerance")
 
 
 def test_passing_items_draw_nothing(pytester, run_pytest):

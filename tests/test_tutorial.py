@@ -1,6 +1,6 @@
 """Every code block of the tutorial runs here, so the tutorial cannot rot.
 
-Pages: ``docs/tutorial.md`` and ``docs/tutorial/*.md``. Their fenced blocks are
+Pages: ``docs/tutorial.md``, ``docs/tutorial/*.md`` and ``docs/repro.md``. Their fenced blocks are
 handled in order; markers are HTML comments on the lines just above a fence
 (invisible when the page is rendered):
 
@@ -46,6 +46,8 @@ from reference_ops import extension
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "docs" / "tutorial.md", *sorted((ROOT / "docs" / "tutorial").glob("*.md"))]
+# Pages outside the tutorial whose examples run the same way.
+EXECUTED_PAGES = [ROOT / "docs" / "repro.md"]
 
 FENCE = re.compile(r"^(?P<fence>```+)(?P<lang>[\w+-]*)(?P<info>.*)$")
 MARKER = re.compile(r"^<!--\s*(?P<text>.*?)\s*-->$")
@@ -326,7 +328,7 @@ class PageRun:
                 pytest.fail(f"{block.where}: no pytest command of the page runs {name}", pytrace=False)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT / "docs")))
+@pytest.mark.parametrize("page", PAGES + EXECUTED_PAGES, ids=lambda p: str(p.relative_to(ROOT / "docs")))
 def test_every_block_of_the_page_runs_and_shows_its_real_output(page, pytester):
     # The first build of the extension takes a while; torch caches it, and the result is remembered.
     if "requires: extension" in page_markers(page) and not extension.extension_available():

@@ -25,11 +25,12 @@ from pytest_autograd.checks._numerical import (
     DerivativeError,
     Evaluator,
     grads_again,
-    pick,
     projected_difference,
     unravel,
+    with_others,
     worst_of,
 )
+from pytest_autograd.checks._patterns import mark_nonlinear
 from pytest_autograd.checks._probing import probing
 from pytest_autograd.checks._ties import find_ties, group_direction, tie_free
 from pytest_autograd.engine.execution import grads_of, random_cotangents
@@ -68,6 +69,9 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
                            notes)
     else:
         found = probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes)
+        if found is not None:  # probes judge one cotangent: say when backward is not even linear in it
+            nonlinear = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
+            mark_nonlinear(found, nonlinear)
     if found is None:
         found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
     # A failure, or random probes let through at kinks, where ties may explain them: judged where none flips.
@@ -146,7 +150,7 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
     elements that matter happen to be positive; v and -v together never do.
     """
     negated = grads_again(outputs, leaves, [None if c is None else -c for c in cotangents], evaluator)
-    worst = None
+    found = []
     for j, leaf in enumerate(leaves):
         expected = -analytical[j].detach().reshape(-1)
         got = negated[j].detach().reshape(-1)
@@ -154,7 +158,7 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
         if candidate is None:
             continue
         (e, _), want, have, error, tolerance = candidate
-        found = DerivativeError(
+        found.append(DerivativeError(
             output="all outputs", argument=names[j],
             element=f"grad {names[j]}{fmt_index(unravel(e, leaf.shape))} for -grad_output",
             expected=want, got=have, abs_error=error, tolerance=tolerance,
@@ -162,9 +166,11 @@ def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rt
                      "grad_output, so backward is not linear in grad_output (e.g. right only for positive "
                      "grad_outputs)",
             argument_grad_all_zero=False, numerical_nonzero=True, smooth=True,
-        )
-        worst = pick(worst, found)
-    return worst
+            expected_label="minus the one for grad_output",
+            locus={"cotangents": [None if c is None else c.detach().clone() for c in cotangents], "negated": True,
+                   "leaf": j, "element": unravel(e, leaf.shape)},
+        ))
+    return with_others(found)
 
 
 def marker_tolerances(case):

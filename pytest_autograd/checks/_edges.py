@@ -193,7 +193,21 @@ class Judge:
                    f"{fmt(tol)}, {fmt(REFERENCE_K)} x the reference's own {name} error, or {fmt(CONDITION_K)} x "
                    f"how far the truth moves when the inputs move by one {name} rounding, whichever is largest"),
             details=[self._scaled_line()] + [f"also {p.what}: error {fmt(e.value)} > {fmt(b)}" for p, e, b in over[1:]],
-            hint=_value_hint(self.magnitude, "argument" in pair.fields), **pair.fields)
+            hint=_value_hint("argument" in pair.fields, self._right_unscaled(pair.label), error), **pair.fields)
+
+    def _right_unscaled(self, label):
+        """Whether ``label`` (an output or gradient) is right on the sample as it is, not rescaled: True, False, or
+        None when that cannot be judged. A hint about large |x| needs True."""
+        try:
+            got, _ = forward_and_backward(self.context, self.sample, self.dtype, self.cotangents)
+            truth, _ = forward_and_backward(self.context, self.sample, torch.float64, self.cotangents,
+                                            fn=self.reference)
+        except OpRaised:
+            return None
+        for pair in paired_tensors(truth, got):
+            if pair.label == label:
+                return _error(pair.expected, pair.got, self.dtype).value <= tolerance(self.dtype)
+        return None
 
     def _budgets(self, scaled, truth, labels, tol):
         """Label -> error budget: the tolerance, the reference's own error, or the condition estimate."""
@@ -340,10 +354,22 @@ def _finite_hint(where, in_gradient, dtype):
     return hint
 
 
-def _value_hint(magnitude, in_gradient):
+def _value_hint(in_gradient, right_unscaled, error):
+    """What a wrong value at a large magnitude points to, as far as the evidence goes: a large-|x| branch only when
+    the op is right on the unscaled sample, a shortcut to 0 only when the op gives 0 there."""
+    what = "backward" if in_gradient else "the output"
+    if right_unscaled is False:
+        return (f"{what} is wrong on the samples as they are too, not only at large |x|: the formula itself is off, "
+                "not a large-|x| branch; gradcheck and reference report it on the unscaled samples")
+    unscaled = ", and right on the samples as they are" if right_unscaled else ""
+    if in_gradient and error.got == 0 and error.expected != 0:
+        return (f"backward is wrong at large |x| although it stays finite: a shortcut that returns 0 past a threshold "
+                f"(the op's gradient is 0 where the derivative is not){unscaled}; compare backward's large-|x| branch "
+                "with the derivative of the forward's")
     if in_gradient:
-        return ("backward is wrong at large |x| although it stays finite: a shortcut that returns 0 (or 1) past a "
-                "threshold, or a saturation branch whose derivative is not the forward's; compare backward's "
+        return (f"backward is wrong at large |x| although it stays finite{unscaled}: a saturation branch whose "
+                "derivative is not the forward's, or a threshold that switches in too early; compare backward's "
                 "large-|x| branch with the derivative of the forward's")
-    return ("the output is wrong at this magnitude although it is finite: an asymptotic formula or a threshold "
-            "that switches in too early, or a clamp of the input; compare the large-|x| branch with the exact formula")
+    return (f"the output is wrong at this magnitude although it is finite{unscaled}: an asymptotic formula or a "
+            "threshold that switches in too early, or a clamp of the input; compare the large-|x| branch with the "
+            "exact formula")

@@ -16,8 +16,11 @@ from pytest_autograd.checks._numerical import (
     grads_again,
     index_label,
     pick,
+    unravel,
+    with_others,
     worst_of,
 )
+from pytest_autograd.checks._patterns import jacobian_pattern
 from pytest_autograd.engine.execution import grads_of
 from pytest_autograd.results.compare import fmt_index
 from pytest_autograd.results.evidence import Evidence
@@ -33,6 +36,7 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
     worst = None
     kinks = [kink_mask(central[k], right[k], left[k], rows[k], atol, rtol) for k in range(len(outputs))]
     jumps = _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps)
+    per_argument = {}  # each wrong argument's worst element, over every output
     for k, output in enumerate(outputs):
         mask = kinks[k] | jumps[k]
         for j, name in enumerate(names):
@@ -42,14 +46,24 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
             if candidate is None:
                 continue
             (r, e), expected, got, error, tolerance = candidate
-            worst = pick(worst, DerivativeError(
+            shape = evaluator.base[j].shape
+            per_argument[j] = pick(per_argument.get(j), DerivativeError(
                 output=output_names[k], argument=name,
-                element=f"d {output_names[k]}{index_label(r, output.shape)} / d {name}{index_label(e, evaluator.base[j].shape)}",
+                element=f"d {output_names[k]}{index_label(r, output.shape)} / d {name}{index_label(e, shape)}",
                 expected=expected, got=got, abs_error=error, tolerance=tolerance, strategy="full Jacobian",
                 argument_grad_all_zero=bool((ana == 0).all()), numerical_nonzero=bool((num != 0).any()),
                 evidence=[Evidence.of(f"d {output_names[k]} / d {name}", num, ana, (r, e), kind="jacobian")],
+                locus={"output": k, "row": unravel(r, output.shape), "leaf": j, "element": unravel(e, shape)},
                 at=(j, e),
             ))
+    for j, found in per_argument.items():
+        a, b = evaluator.offsets[j], evaluator.offsets[j + 1]
+        shape = evaluator.base[j].shape
+        found.pattern = jacobian_pattern(
+            torch.cat([c[:, a:b] for c in central]), torch.cat([r[:, a:b] for r in rows]), atol, rtol,
+            torch.cat([(kink | jump)[:, a:b] for kink, jump in zip(kinks, jumps)]),
+            lambda column, j=j, shape=shape: f"grad {names[j]}{index_label(column, shape)}")
+    worst = with_others(per_argument.values())
     if worst is not None:
         return worst
     _note_kinks(kinks, central, right, left, rows, outputs, output_names, evaluator, names, notes, notes.add)
@@ -212,6 +226,8 @@ def _tied_direction(evaluator, f0, kinks, rows, outputs, output_names, names, co
             strategy="every kink element moved together, a direction where the left and right derivatives agree: "
                      "the gradients of tied elements must add up to it",
             argument_grad_all_zero=False, numerical_nonzero=expected != 0.0, smooth=True,
+            locus={"output": k, "row": unravel(r, output.shape), "leaf": j,
+                   "direction": [part.clone() for part in evaluator.split(direction)]},
         ))
     return worst
 
@@ -224,20 +240,22 @@ def _random_cotangent(evaluator, central, right, left, cotangents, analytical, n
     num_left = sum(vk @ c for vk, c in zip(v, left))
     ana = torch.cat([a.detach().reshape(-1) for a in analytical])
     kinks = kink_mask(num, num_right, num_left, ana, atol, rtol) | judged  # kinks and jumps were noted above
-    worst = None
+    found = []
     for j, name in enumerate(names):
         a, b = evaluator.offsets[j], evaluator.offsets[j + 1]
         candidate = worst_of(num[a:b, None], ana[a:b, None], atol, rtol, excluded=kinks[a:b, None])
         if candidate is None:
             continue
         (e, _), expected, got, error, tolerance = candidate
-        worst = pick(worst, DerivativeError(
+        found.append(DerivativeError(
             output="all outputs", argument=name, element=f"grad {name}{index_label(e, evaluator.base[j].shape)}",
             expected=expected, got=got, abs_error=error, tolerance=tolerance,
             strategy="random sign-mixed cotangent; the Jacobian itself matched, so backward is "
                      "not linear in grad_output (e.g. right only for positive grad_outputs)",
             argument_grad_all_zero=bool((ana[a:b] == 0).all()), numerical_nonzero=bool((num[a:b] != 0).any()),
+            locus={"cotangents": [None if c is None else c.detach().clone() for c in cotangents], "leaf": j,
+                   "element": unravel(e, evaluator.base[j].shape)},
             at=(j, e),
         ))
-    return worst
+    return with_others(found)
 

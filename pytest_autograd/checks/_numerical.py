@@ -29,15 +29,31 @@ class DerivativeError:
     argument_grad_all_zero: bool
     numerical_nonzero: bool
     evidence: list = field(default_factory=list)  # the Jacobians behind it, for failure pictures
+    # The other wrong arguments, each with its own worst element (DerivativeErrors), worst first.
+    others: list = field(default_factory=list)
+    # What all of this argument's elements show (a _patterns.Pattern), not only the worst one; None: no known shape.
+    pattern: object = None
+    # Where the numbers come from, so a script can recompute them (see engine/repro.py): which leaf, element,
+    # output row or cotangent, direction.
+    locus: dict = None
+    expected_label: str = "numerical"  # what the expected value is
     # Found along a direction known to be smooth (or by linearity in grad_output): a tie cannot explain it.
     smooth: bool = False
     at: tuple = None  # (leaf number, flat index) of the input element it is about, when it is about one
 
     def worst(self):
-        return f"{self.element}: expected {fmt(self.expected)} (numerical), got {fmt(self.got)} (analytical)"
+        return f"{self.element}: expected {fmt(self.expected)} ({self.expected_label}), got {fmt(self.got)} (analytical)"
 
     def error_line(self):
         return f"abs error {fmt(self.abs_error)} > tolerance {fmt(self.tolerance)} ({self.strategy})"
+
+    def ratio(self):
+        return self.abs_error / max(self.tolerance, 1e-300)
+
+    def also_line(self):
+        """One line naming this (another) wrong argument and its own worst element, for a report's details."""
+        return (f"also w.r.t. `{self.argument}`: {self.worst()}; abs error {fmt(self.abs_error)} > tolerance "
+                f"{fmt(self.tolerance)}")
 
 
 class Evaluator:
@@ -114,8 +130,17 @@ def pick(current, candidate):
         return current
     if current is None:
         return candidate
-    ratio = lambda d: d.abs_error / max(d.tolerance, 1e-300)  # noqa: E731
-    return candidate if ratio(candidate) > ratio(current) else current
+    return candidate if candidate.ratio() > current.ratio() else current
+
+
+def with_others(errors):
+    """The worst of ``errors`` (one per argument), carrying the rest as ``others``, worst first; None if empty."""
+    ranked = sorted((error for error in errors if error is not None), key=lambda error: -error.ratio())
+    if not ranked:
+        return None
+    first = ranked[0]
+    first.others = [error for error in ranked[1:] if error.argument != first.argument]
+    return first
 
 
 def worst_of(numerical, analytical, atol, rtol, excluded=None):

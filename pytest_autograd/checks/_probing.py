@@ -22,6 +22,7 @@ import torch
 
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
+from pytest_autograd.checks._patterns import FACTOR_RTOL, FACTORS, SINGLE_MIN_ELEMENTS, Pattern
 from pytest_autograd.results.compare import fmt_index
 
 PROBES = 3  # independent whole-input directions
@@ -45,7 +46,8 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
         start = prober.count
         found = _confirmed(prober, _ramp_guesses(prober, worst.direction, worst.residual), names, notes)
         if found is not None:
-            return _located(found, prober.count - start, prober.evaluator.numel)
+            return _every_argument(prober, _located(found, prober.count - start, prober.evaluator.numel),
+                                   worst.direction, names, notes)
     for p in probes:
         p.measure_noise(prober)
     tolerance = atol + NOISE_FACTOR * max(p.noise for p in probes)
@@ -55,7 +57,74 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
             if notes is not None:
                 notes.add_probe(", ".join(f"`{name}`" for name in names), p.left, p.right, p.analytical)
             continue
-        return _locate(prober, p, names, tolerance, notes)
+        return _every_argument(prober, _locate(prober, p, names, tolerance, notes), p.direction, names, notes)
+    return None
+
+
+def _every_argument(prober, found, direction, names, notes):
+    """``found`` (one argument's located element) with the pattern of its argument and every other wrong
+    argument, each located on its own, as ``found.others``."""
+    leaf = (found.locus or {}).get("leaf")
+    if leaf is None:  # errors spread over many elements: nothing located to build on
+        return found
+    found.pattern = _pattern(prober, direction, leaf, found)
+    others = [_argument_error(prober, direction, j, names, notes) for j in range(len(names)) if j != leaf]
+    found.others = sorted((o for o in others if o is not None), key=lambda o: -o.ratio())
+    return found
+
+
+def _restricted(direction, low, high):
+    part = torch.zeros_like(direction)
+    part[low:high] = direction[low:high]
+    return part
+
+
+def _argument_error(prober, direction, j, names, notes):
+    """The worst element of argument ``j``'s gradient, from a probe over that argument alone, or None."""
+    low, high = prober.evaluator.offsets[j], prober.evaluator.offsets[j + 1]
+    if high == low:
+        return None
+    probe = prober.probe(_restricted(direction, low, high))
+    if abs(probe.residual) <= prober.atol:
+        return None
+    probe.measure_noise(prober)
+    tolerance = prober.atol + NOISE_FACTOR * probe.noise
+    if abs(probe.residual) <= tolerance:
+        return None
+    if probe.at_kink(tolerance):
+        if notes is not None:
+            notes.add_probe(f"`{names[j]}`", probe.left, probe.right, probe.analytical)
+        return None
+    found = _locate(prober, probe, names, tolerance, notes, low, high)
+    if (found.locus or {}).get("leaf") is not None:
+        found.pattern = _pattern(prober, direction, j, found)
+    return found
+
+
+def _pattern(prober, direction, j, found):
+    """What argument ``j``'s whole gradient shows (see ``_patterns``), from the located element and probes over
+    the argument: the same factor in both (a sign or constant factor), or nothing wrong once the element is left
+    out (a single wrong element)."""
+    low, high = prober.evaluator.offsets[j], prober.evaluator.offsets[j + 1]
+    if bool((prober.g[low:high] == 0).all()):
+        return None
+    restricted = _restricted(direction, low, high)
+    probe = prober.probe(restricted)
+    probe.measure_noise(prober)
+    tolerance = prober.atol + NOISE_FACTOR * probe.noise
+    if abs(probe.central) > tolerance and found.expected != 0:
+        for factor in FACTORS:
+            at_element = abs(found.got - factor * found.expected) <= found.tolerance + \
+                FACTOR_RTOL * abs(factor * found.expected)
+            along = abs(probe.analytical - factor * probe.central) <= tolerance + FACTOR_RTOL * abs(factor * probe.central)
+            if at_element and along:
+                return Pattern("factor", factor=factor)
+    if high - low >= SINGLE_MIN_ELEMENTS:
+        restricted[found.locus["flat"]] = 0.0
+        rest = prober.probe(restricted)
+        rest.measure_noise(prober)
+        if abs(rest.residual) <= prober.atol + NOISE_FACTOR * rest.noise:
+            return Pattern("single", element=found.element)
     return None
 
 
@@ -123,13 +192,17 @@ def _magnitude(value):
     return float("inf") if value != value else abs(value)
 
 
-def _locate(prober, probe, names, tolerance, notes):
-    """The wrong element behind a disagreeing probe: a ramp guess, confirmed, else bisection."""
+def _locate(prober, probe, names, tolerance, notes, start_at=0, stop_at=None):
+    """The wrong element behind a disagreeing probe: a ramp guess, confirmed, else bisection.
+
+    ``start_at``/``stop_at``: the stretch of the flat index space the probe moved (one argument's, or all).
+    """
     n, d = prober.evaluator.numel, probe.direction
+    stop_at = n if stop_at is None else stop_at
     start = prober.count
-    found = _confirmed(prober, _ramp_guesses(prober, d, probe.residual), names, notes)
+    found = _confirmed(prober, _ramp_guesses(prober, d, probe.residual, low=start_at, high=stop_at), names, notes)
     if found is None:
-        low, high, residual = 0, n, probe.residual
+        low, high, residual = start_at, stop_at, probe.residual
         while high - low > 1:
             middle = (low + high) // 2
             left = prober.residual_on(d, low, middle)
@@ -141,13 +214,21 @@ def _locate(prober, probe, names, tolerance, notes):
         found = _element_error(prober, low, names, notes)
     if found is not None:
         return _located(found, prober.count - start, n)
+    moved = [name for name, a, b in zip(names, prober.evaluator.offsets[:-1], prober.evaluator.offsets[1:])
+             if a < stop_at and b > start_at]
     return DerivativeError(
-        output="all outputs", argument=", ".join(names), element="g . d for a random direction d over every element",
+        output="all outputs", argument=", ".join(moved), element="g . d for a random direction d over every element",
         expected=probe.central, got=probe.analytical, abs_error=_magnitude(probe.residual), tolerance=tolerance,
         strategy=f"{PROBES} random directions over all {n} elements, tolerance atol + {NOISE_FACTOR:g} x the measured "
                  "finite-difference error; no single element explains the disagreement (errors spread over many)",
         argument_grad_all_zero=False, numerical_nonzero=probe.central != 0,
+        locus={"cotangents": _copies(prober.cotangents), "leaf": None,
+               "direction": [part.clone() for part in prober.evaluator.split(d.to(prober.evaluator.dtype))]},
     )
+
+
+def _copies(tensors):
+    return [None if t is None else t.detach().clone() for t in tensors]
 
 
 def _located(found, probes, n):
@@ -177,7 +258,7 @@ def _first_and_last(iterator):
         yield last
 
 
-def _ramp_guesses(prober, direction, residual, rounds=4):
+def _ramp_guesses(prober, direction, residual, rounds=4, low=0, high=None):
     """Where a single wrong element sits, from probes weighted by a ramp over a shrinking window.
 
     With one wrong element i, the residual along ``direction * w`` is
@@ -188,7 +269,8 @@ def _ramp_guesses(prober, direction, residual, rounds=4):
     """
     if residual != residual or residual == 0:
         return
-    low, high = 0, prober.evaluator.numel
+    high = prober.evaluator.numel if high is None else high
+    first, last = low, high
     for _ in range(rounds):
         width = high - low
         ramp = torch.zeros_like(direction)
@@ -201,7 +283,7 @@ def _ramp_guesses(prober, direction, residual, rounds=4):
         if width <= 64:
             return
         half = max(8, int(width * 2e-3))
-        low, high = max(0, guess - half), min(prober.evaluator.numel, guess + half + 1)
+        low, high = max(first, guess - half), min(last, guess + half + 1)
 
 
 def _element_error(prober, flat, names, notes):
@@ -234,5 +316,6 @@ def _element_error(prober, flat, names, notes):
         output="all outputs", argument=names[j], element=f"grad {names[j]}{fmt_index(index)}",
         expected=central, got=got, abs_error=error, tolerance=tolerance, strategy="",
         argument_grad_all_zero=bool((prober.g[a:b] == 0).all()), numerical_nonzero=central != 0.0,
+        locus={"cotangents": _copies(prober.cotangents), "leaf": j, "element": index, "flat": flat},
         at=(j, flat - a),
     )

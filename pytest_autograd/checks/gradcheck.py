@@ -16,7 +16,8 @@ from pytest_autograd.checks._derivatives import (
     marker_tolerances,
 )
 from pytest_autograd.checks._float64_support import float64_plan
-from pytest_autograd.checks._hints import derivative_hint
+from pytest_autograd.checks._hints import derivative_details, derivative_hint
+from pytest_autograd.checks._loci import derivative_locus
 from pytest_autograd.checks._low_precision import judge_first_derivatives
 from pytest_autograd.checks._surrogate import (
     OPTION,
@@ -69,9 +70,13 @@ class GradCheck(Check):
                 context.fail(
                     f"gradient of {error.output} w.r.t. `{error.argument}` does not match the numerical derivative",
                     output=error.output, argument=error.argument, worst=error.worst(),
-                    error=error.error_line(), evidence=error.evidence,
+                    error=error.error_line(), details=derivative_details(error),
+                    evidence=error.evidence + [e for other in error.others for e in other.evidence],
                     hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error) else
                           derivative_hint(error, has_backward=context.case.is_function)),
+                    locus=derivative_locus(error, context, prepared, order=1),
+                    also=[{"argument": other.argument, "output": other.output, "worst": other.worst(),
+                           "locus": derivative_locus(other, context, prepared, order=1)} for other in error.others],
                 )
 
 

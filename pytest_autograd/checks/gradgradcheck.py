@@ -12,15 +12,22 @@ import math
 import torch
 
 from pytest_autograd.checks._derivatives import (
+    ATOL,
+    EPS,
+    RTOL,
     KinkNotes,
     find_derivative_error,
     marker_tolerances,
 )
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._low_precision import judge_second_derivatives
+from pytest_autograd.checks._hints import derivative_details
+from pytest_autograd.checks._loci import derivative_locus
+from pytest_autograd.checks._saved_intermediates import frozen_explains, saved_intermediate_hint
 from pytest_autograd.checks._second_derivative_hints import (
     DOUBLE_BACKWARD_HINT,
     NON_FINITE_HINT,
+    graphless_saved_tensors,
     refuses_double_backward,
 )
 from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
@@ -112,15 +119,52 @@ class GradGradCheck(Check):
                            f"backward is not differentiable w.r.t. `{error.argument}`: the analytical second "
                            "derivative is all zeros while the numerical one is not")
                 context.fail(summary, output=error.output, argument=error.argument, worst=error.worst(),
-                             error=error.error_line(), evidence=error.evidence,
-                             hint=NOT_DIFFERENTIABLE_HINT.format(name=error.argument))
+                             error=error.error_line(), evidence=error.evidence, details=derivative_details(error),
+                             hint=(_saved_intermediate(error, context, prepared, outputs, differentiable, leaves)
+                                   or NOT_DIFFERENTIABLE_HINT.format(name=error.argument)),
+                             **_loci(error, context, prepared, leaves, differentiable))
             context.fail(
                 f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the numerical one",
                 output=error.output, argument=error.argument, worst=error.worst(), error=error.error_line(),
-                evidence=error.evidence,
-                hint=(NON_FINITE_HINT if not math.isfinite(error.got) and math.isfinite(error.expected) else
-                      "the backward's own gradient is wrong: check the ops backward uses on saved tensors"),
+                details=derivative_details(error),
+                evidence=error.evidence + [e for other in error.others for e in other.evidence],
+                hint=_mismatch_hint(error, context, prepared, outputs, differentiable, leaves),
+                **_loci(error, context, prepared, leaves, differentiable),
             )
+
+
+def _loci(error, context, prepared, leaves, differentiable):
+    """The report's locus (and its other wrong arguments'), for a script that recomputes them."""
+    def locus(found):
+        return derivative_locus(found, context, prepared, order=2, first_cotangents=leaves[len(prepared.leaves):],
+                                differentiable=differentiable)
+
+    return {"locus": locus(error), "also": [{"argument": other.argument, "output": other.output,
+                                             "worst": other.worst(), "locus": locus(other)} for other in error.others]}
+
+
+def _mismatch_hint(error, context, prepared, outputs, differentiable, leaves):
+    """The hint the evidence supports: non-finite values, a graph-less saved intermediate that explains the whole
+    error (see _saved_intermediates), else the general one."""
+    if not math.isfinite(error.got) and math.isfinite(error.expected):
+        return NON_FINITE_HINT
+    return (_saved_intermediate(error, context, prepared, outputs, differentiable, leaves)
+            or "the backward's own gradient is wrong: check the ops backward uses on saved tensors")
+
+
+def _saved_intermediate(error, context, prepared, outputs, differentiable, leaves):
+    """The saved-intermediate hint when holding forward's graph-less saved tensors fixed explains ``error``."""
+    if error.argument not in prepared.names:  # w.r.t. a grad_output: backward is linear there, nothing is lost
+        return None
+    tolerances = marker_tolerances(context.case)
+    explained = frozen_explains(
+        error, leaves, lambda around: _make_backward(context, prepared, differentiable, around_forward=around),
+        EPS, tolerances.get("atol", ATOL), tolerances.get("rtol", RTOL))
+    if explained is None:
+        return None
+    constants = [value for value in list(prepared.args) + list(prepared.kwargs.values())
+                 if isinstance(value, torch.Tensor) and value.is_floating_point() and not value.requires_grad]
+    return saved_intermediate_hint(graphless_saved_tensors(outputs, constants), error.argument)
 
 
 def _backward_function(context, prepared, outputs, differentiable, on_grads=None):
@@ -128,14 +172,26 @@ def _backward_function(context, prepared, outputs, differentiable, on_grads=None
 
     ``on_grads`` sees each call's raw gradients (before unused ones become zeros).
     """
-    n_inputs = len(prepared.leaves)
     names = [output_label(k, len(outputs)) for k in range(len(outputs))]
     cotangent_leaves = [c.requires_grad_(True) for c in
                         random_cotangents([outputs[k] for k in differentiable], context.generator)]
+    backward = _make_backward(context, prepared, differentiable, on_grads)
+    leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
+    return backward, list(prepared.leaves) + cotangent_leaves, leaf_names
+
+
+def _make_backward(context, prepared, differentiable, on_grads=None, around_forward=None):
+    """``leaves -> first gradients``, leaves being the inputs then one cotangent per differentiable output.
+
+    ``around_forward(run)``: calls ``run()``, the op's forward, and returns its outputs (the saved-intermediate
+    experiment holds saved tensors fixed there).
+    """
+    n_inputs = len(prepared.leaves)
 
     def backward(leaves):
         inputs, cotangents = leaves[:n_inputs], leaves[n_inputs:]
-        outs = context.run_op(prepared, inputs)
+        run = lambda: context.run_op(prepared, inputs)  # noqa: E731
+        outs = run() if around_forward is None else around_forward(run)
         pairs = [(outs[k], c) for k, c in zip(differentiable, cotangents) if outs[k].requires_grad]
         try:
             grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
@@ -146,8 +202,7 @@ def _backward_function(context, prepared, outputs, differentiable, on_grads=None
             on_grads(grads)
         return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
 
-    leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
-    return backward, list(prepared.leaves) + cotangent_leaves, leaf_names
+    return backward
 
 
 def _reaches_error_node(grad):

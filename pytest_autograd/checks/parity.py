@@ -30,6 +30,7 @@ class Parity(Check):
                 (on_device, context.run_op(on_device)),
                 expected_label="cpu",
                 got_label=context.device,
+                roles=("op", "op"),
             )
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._loci import precision_locus
 from pytest_autograd.checks._long_reduction import LONG_ROWS, long_reduction_variants
 from pytest_autograd.checks._transforms import (
     HALF_DTYPES,
@@ -133,7 +134,8 @@ def _judge(context, sample, dtype, budget, refused, variant=None):
             context.fail_reference_raised(raised)
         violations = _against_reference(budget, ref_truth, op_low, ref_low)
     if violations:
-        _report(context, dtype, budget, violations, op_truth, ref_truth, variant)
+        locus = precision_locus(context, low, dtype, violations, cotangents, budget.k, budget.floor)
+        _report(context, dtype, budget, violations, op_truth, ref_truth, variant, locus)
 
 
 class _MathsDiffer(Exception):
@@ -233,7 +235,7 @@ def _against_reference(budget, truth, op_low, ref_low):
     return found
 
 
-def _report(context, dtype, budget, violations, op_truth, ref_truth, variant=None):
+def _report(context, dtype, budget, violations, op_truth, ref_truth, variant=None, locus=None):
     violations.sort(key=lambda v: -v.ratio)
     worst = violations[0]
     error, ref_error, allowed, what = worst.error, worst.ref_error, worst.budget, worst.pair.what
@@ -271,7 +273,7 @@ def _report(context, dtype, budget, violations, op_truth, ref_truth, variant=Non
     hint = _same_dtype_hint(dtype, worst.pair) if budget.same_dtype and ref_error is not None \
         else _hint(dtype, error.value)
     context.fail(summary, dtype=name, worst=error.worst(worst.pair.label), error=line, details=details,
-                 hint=hint, evidence=evidence, **worst.pair.fields)
+                 hint=hint, evidence=evidence, locus=locus, **worst.pair.fields)
 
 
 def _times(error, ref_error):

@@ -60,7 +60,7 @@ class Reference(Check):
                     context.fail_reference_raised(raised)
                 try:
                     compare_runs(context, (ref_side, ref_outputs), (op_side, op_outputs),
-                                 expected_label="the reference", got_label="the op")
+                                 expected_label="the reference", got_label="the op", roles=("reference", "op"))
                 except CheckFailure as failure:
                     low = run_dtype
                     values_differ = failure.report.error is not None  # not a dtype, shape or count mismatch

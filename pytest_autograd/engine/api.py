@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine import notes
+from pytest_autograd.engine.after_failure import follow_up
 from pytest_autograd.engine.budget import DEFAULT_SECONDS
 from pytest_autograd.engine.builtin import register_builtin_checks
 from pytest_autograd.engine.case import (
     CORE_OPTIONS,
+    DEFAULT_SHRINK_SECONDS,
     RunOptions,
     Sample,
     build_case,
@@ -35,6 +37,7 @@ from pytest_autograd.engine.outcomes import (
 from pytest_autograd.engine.registry import CheckRegistry
 from pytest_autograd.engine.running import run_check
 from pytest_autograd.engine.seeding import item_seed
+from pytest_autograd.results.plots import picture_name
 
 STATUSES = ("passed", "failed", "skipped")
 
@@ -56,13 +59,15 @@ class Outcome:
 
 
 def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0, registry=None, samples=None,
-               run_options=None, **options):
+               run_options=None, shrink=DEFAULT_SHRINK_SECONDS, repro=None, **options):
     """Run checks on ``op(*args)`` (or on ``samples``); return Outcomes, never raise on a failed check.
 
     ``checks``: names (default: every default check; opt-in ones such as
     compile are skipped unless named). ``devices``: names or torch.devices.
     ``samples``: a :class:`Sample` or a list of them, for keyword arguments
-    or several samples. Other keywords are the marker's options (atol=,
+    or several samples. ``shrink``: seconds a failure's sample may be shrunk
+    for (0: off); ``repro``: a directory to write each failure's stand-alone
+    script into. Other keywords are the marker's options (atol=,
     double_backward=, constants=, ...).
     """
     if registry is None:
@@ -89,7 +94,8 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
     devices = devices_option(devices, "devices=")
     raw = samples if samples is not None else Sample(*args)
     case = build_case({"op": op, "reference": reference, **options}, normalise_samples(raw, "autograd_check"))
-    case.run_options = run_options or RunOptions(seconds=DEFAULT_SECONDS, devices=tuple(devices))
+    case.run_options = run_options or RunOptions(seconds=DEFAULT_SECONDS, devices=tuple(devices),
+                                                 shrink_seconds=shrink, repro_dir=None if repro is None else str(repro))
     outcomes = []
     for device in devices:
         problem = device_problem(device)
@@ -119,4 +125,7 @@ def _one(check, name, case, device, problem, seed, explicit):
         return Outcome(name, device, "skipped", reason)
     if failure is None:
         return Outcome(name, device, "passed", "; ".join(dict.fromkeys(context.notes + notes.since(first_note))))
+    position = notes.count()
+    follow_up(check, context, failure, picture_name(f"{case.name}-{name}-{device}"))
+    notes.forget_since(position)  # the shrinking runs' notes are not this check's
     return Outcome(name, device, "failed", failure.report.render(), failure.report)

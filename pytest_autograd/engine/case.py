@@ -53,6 +53,7 @@ CORE_OPTIONS = {
 
 
 DEFAULT_SECONDS = 300.0  # each check's time budget unless the caller sets one (see engine/budget.py)
+DEFAULT_SHRINK_SECONDS = 10.0  # the time a failing sample may be shrunk for (see engine/shrink.py)
 
 
 @dataclass
@@ -63,6 +64,8 @@ class RunOptions:
     seconds: Optional[float] = DEFAULT_SECONDS  # each check's time budget; None: no limit
     devices: tuple = ("cpu",)  # the run's devices: parity chooses its ground truth among them
     bench: object = None  # the bench session's state (pytest_autograd.bench.state.BenchState); None: benchmarks off
+    shrink_seconds: Optional[float] = DEFAULT_SHRINK_SECONDS  # shrinking a failing sample; None or 0: off
+    repro_dir: Optional[str] = None  # where a failure's stand-alone script is written; None: not written
 
 
 @dataclass

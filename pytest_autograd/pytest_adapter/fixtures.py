@@ -6,6 +6,7 @@ from pytest_autograd.engine.case import RunOptions
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.engine.seeding import item_seed
 from pytest_autograd.pytest_adapter.keys import REGISTRY, SETTINGS, item_spec
+from pytest_autograd.pytest_adapter import shrinking
 from pytest_autograd.pytest_adapter.rerun import pytest_command
 from pytest_autograd.pytest_adapter.skipping import skip_here
 from pytest_autograd.pytest_adapter.timeout import item_seconds
@@ -43,7 +44,9 @@ def fixture_runner(request):
                                   devices=devices, samples=samples,
                                   seed=item_seed(settings.seed, request.node.nodeid), registry=registry,
                                   run_options=RunOptions(seconds=item_seconds(request.config),
-                                                         devices=tuple(settings.devices)),
+                                                         devices=tuple(settings.devices),
+                                                         shrink_seconds=shrinking.shrink_seconds(request.config),
+                                                         repro_dir=shrinking.repro_dir(request.config)),
                                   **options)
         except UsageProblem as raised:
             problem = str(raised)

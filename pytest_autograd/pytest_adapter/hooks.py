@@ -14,7 +14,7 @@ from pytest_autograd.engine.check_scope import refuse_checks_out_of_scope
 from pytest_autograd.engine.devices import devices_option
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.engine.registry import CheckRegistry
-from pytest_autograd.pytest_adapter import builtin_checks, hookspecs, timeout, xfail
+from pytest_autograd.pytest_adapter import builtin_checks, hookspecs, shrinking, timeout, xfail
 from pytest_autograd.pytest_adapter.fixtures import (  # noqa: F401 (fixtures)
     autograd_check,
     autograd_device,
@@ -57,6 +57,7 @@ def pytest_addhooks(pluginmanager):
 def pytest_addoption(parser):
     add_options(parser)
     timeout.add_option(parser)
+    shrinking.add_options(parser)
 
 
 def pytest_configure(config):
@@ -74,6 +75,7 @@ def pytest_configure(config):
     settings = Settings.from_config(config)
     settings.validate_devices_exist()
     timeout.configure(config)
+    shrinking.configure(config)
     registry = CheckRegistry()
     config.stash[SETTINGS] = settings
     config.stash[REGISTRY] = registry

@@ -7,6 +7,7 @@ import pytest
 
 from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine import notes
+from pytest_autograd.engine.after_failure import follow_up
 from pytest_autograd.engine.case import RunOptions, build_case, normalise_samples
 from pytest_autograd.engine.devices import device_problem, physical_gpu, worker_device
 from pytest_autograd.engine.modules import with_parameters
@@ -15,13 +16,14 @@ from pytest_autograd.engine.outcomes import CheckSkipped, UsageProblem
 from pytest_autograd.engine.running import run_check
 from pytest_autograd.engine.sample_values import validate_sample_values
 from pytest_autograd.engine.seeding import item_seed, seeded
-from pytest_autograd.pytest_adapter import root_cause
+from pytest_autograd.pytest_adapter import root_cause, shrinking
 from pytest_autograd.pytest_adapter.bench import state_of as bench_state_of
 from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS
 from pytest_autograd.pytest_adapter.record import without_group
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
 from pytest_autograd.pytest_adapter.rerun import pytest_command
 from pytest_autograd.pytest_adapter.skipping import skip_here
+from pytest_autograd.results.plots import picture_name
 from pytest_autograd.pytest_adapter.timeout import item_seconds
 
 NOTES_SECTION = "autograd notes"
@@ -70,7 +72,8 @@ def run_options(config):
     """The engine's options for every item of this session."""
     settings = config.stash.get(SETTINGS, None)
     return RunOptions(seconds=item_seconds(config), devices=tuple(settings.devices) if settings else ("cpu",),
-                      bench=bench_state_of(config))
+                      bench=bench_state_of(config), shrink_seconds=shrinking.shrink_seconds(config),
+                      repro_dir=shrinking.repro_dir(config))
 
 
 def run_item(item, spec, settings, registry):
@@ -112,8 +115,23 @@ def _run_seeded(item, spec, device, settings, check, seed):
         pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_failure(summary), summary)
         if pointer:
             pytest.fail(pointer, pytrace=False)
+        failure.report.nodeid = where
+        position = notes.count()
+        follow_up(check, context, failure, picture_name(where))
+        notes.forget_since(position)  # the shrinking runs' notes are not this item's
+        failure.report.repro = shown_path(failure.report.repro, item.config.invocation_params.dir)
         attach_picture(failure.report, item.config, where)
         _fail(failure, rerun, where, seed)
+
+
+def shown_path(path, directory):
+    """``path`` relative to where pytest was started when it lies below it (shorter to read and to paste)."""
+    if path is None:
+        return None
+    try:
+        return os.path.relpath(path, directory) if not os.path.relpath(path, directory).startswith("..") else path
+    except ValueError:  # another drive
+        return path
 
 
 def fail_usage_problem(item, spec, problem):

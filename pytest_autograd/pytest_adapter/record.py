@@ -14,7 +14,7 @@ SCHEMA = "pytest-autograd/record"
 SCHEMA_VERSION = 1
 PROPERTY = "autograd_record"
 FAILURE_FIELDS = ("summary", "device", "dtype", "sample", "output", "argument", "worst", "error", "hint",
-                  "details", "picture")
+                  "details", "picture", "shrunk", "repro", "also")
 
 
 def without_group(nodeid):

@@ -20,8 +20,11 @@ class Evidence:
     label: str
     expected: object  # torch.Tensor, on the CPU
     got: object  # torch.Tensor of the same shape
-    worst: tuple = None  # index of the worst element, in the tensors' own shape
+    # Index of the element the report names, in the tensors' own shape; None: the largest |got - expected|.
+    worst: tuple = None
     kind: str = "tensor"
+    # How ``worst`` was chosen, in words a picture can show.
+    ranking: str = "the largest |got - expected| relative to its tolerance (atol + rtol x |expected|)"
 
     @classmethod
     def of(cls, label, expected, got, worst=None, kind="tensor"):

@@ -5,8 +5,12 @@ mirrored band is a transposed weight gradient, the last columns a tail
 tile, a whole panel a ``needs_input_grad`` slip. One PNG per failing item,
 one row of panels per wrong argument or output: expected and got on one
 shared colour scale, their difference on its own (an error far smaller
-than the values must still show), the worst element circled. The numbers drawn are
-saved beside the PNG (``.pt``) so a notebook or a test can read them.
+than the values must still show). The circle marks the element the report
+names for that row (ranked as the check ranks it: error over its
+tolerance, so a small error on a tiny value can outrank a larger one on a
+large value); a cross marks the largest absolute difference where that is
+elsewhere, and the picture says so. The numbers drawn are saved beside the
+PNG (``.pt``) so a notebook or a test can read them.
 """
 
 import re
@@ -51,16 +55,20 @@ def panels_of(report):
     """The data each row of the picture draws: what a test checks instead of pixels."""
     panels = []
     for evidence in report.evidence[:MAX_PANELS]:
-        worst = evidence.worst if evidence.worst is not None else _largest_difference(evidence)
-        expected, worst, reduced = as_matrix(evidence.expected, worst)
+        largest_index = _largest_difference(evidence)
+        named = evidence.worst is not None
+        expected, worst, reduced = as_matrix(evidence.expected, evidence.worst if named else largest_index)
         got, _, _ = as_matrix(evidence.got, worst)
+        _, largest, _ = as_matrix(evidence.expected, largest_index)
         panels.append({
             "label": evidence.label,
             "kind": evidence.kind,
             "expected": expected,
             "got": got,
             "difference": got - expected,
-            "worst": worst,
+            "worst": worst,  # circled: the element the report names
+            "ranking": evidence.ranking if named else "the largest |got - expected|",
+            "largest": largest if largest != worst else None,  # crossed: the largest |difference|, when elsewhere
             "reduced": reduced,
         })
     return panels
@@ -119,7 +127,25 @@ def _draw_row(row, panel):
             r, c = panel["worst"]
             axis.plot([c], [r], marker="o", markersize=12, markerfacecolor="none", markeredgecolor="black",
                       markeredgewidth=1.8)
+        if panel["largest"] is not None:
+            r, c = panel["largest"]
+            axis.plot([c], [r], marker="x", markersize=10, color="black", markeredgewidth=1.5)
         axis.figure.colorbar(image, ax=axis, shrink=0.85)
+    row[0].set_ylabel(_legend(panel), fontsize=7)
+
+
+def _legend(panel):
+    """What the marks mean, in the row's margin."""
+    text = f"circle: the element the report names,\n{_wrapped(panel['ranking'])}"
+    if panel["largest"] is not None:
+        text += "\ncross: the largest |got - expected|"
+    return text
+
+
+def _wrapped(text, width=48):
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
 
 
 def _bound(values):
@@ -133,4 +159,5 @@ def _title(report):
                          ("argument", report.argument), ("output", report.output)):
         if value is not None:
             parts.append(f"{label}: {value}")
-    return f"{report.summary}\n{', '.join(parts)}"
+    drawn = "" if len(report.evidence) <= MAX_PANELS else f" (the first {MAX_PANELS} of {len(report.evidence)} drawn)"
+    return f"{report.summary}{drawn}\n{', '.join(parts)}"

@@ -1,0 +1,93 @@
+"""The shape of a wrong argument's gradient over all of its elements: the evidence a hint may name.
+
+One element says little: a worst element that happens to be negated, or
+twice its numerical value, is no sign error or constant factor when the
+other elements are wrong differently (or right). A hint names a pattern only
+when every element of the argument shows it: the whole block of the
+Jacobian (full-Jacobian strategy), or the element and a probe over the whole
+argument (probing strategy, see ``_probing``).
+"""
+
+from dataclasses import dataclass
+
+FACTORS = {-1.0: "minus", 2.0: "twice", 0.5: "half", 3.0: "three times", 1 / 3: "a third of"}
+FACTOR_RTOL = 1e-3  # how close got / expected must be to a factor, relatively
+SINGLE_MIN_ELEMENTS = 4  # "only one element is wrong" needs enough elements for the others to say something
+
+
+@dataclass
+class Pattern:
+    """``kind``: "factor" (got = factor x expected at every element), "single" (one element wrong, the rest right)
+    or "nonlinear" (backward(-v) is not -backward(v))."""
+
+    kind: str
+    factor: float = None
+    element: str = None  # the wrong element, for "single"
+
+
+def factor_of(expected, got, atol):
+    """The factor in FACTORS with ``got ~ factor * expected`` at every element (tensors), or None."""
+    if expected.numel() == 0 or not bool((expected.abs() > atol).any()):
+        return None
+    for factor in FACTORS:
+        close = (got - factor * expected).abs() <= atol + FACTOR_RTOL * abs(factor) * expected.abs()
+        if bool(close.all()):
+            return factor
+    return None
+
+
+def jacobian_pattern(numerical, analytical, atol, rtol, excluded, element_label):
+    """The Pattern of one argument's Jacobian block (rows: every output element, columns: its elements), or None.
+
+    ``excluded`` marks kinks and jumps, judged elsewhere; ``element_label(column)``
+    names a column as a report does.
+    """
+    judged = ~excluded
+    tolerance = atol + rtol * numerical.abs()
+    wrong = (((numerical - analytical).abs() > tolerance) | analytical.isnan()) & judged
+    if not bool(wrong.any()) or bool((analytical == 0).all()):
+        return None  # nothing wrong, or no gradient at all (a hint of its own)
+    factor = factor_of(numerical[judged], analytical[judged], atol)
+    if factor is not None:
+        return Pattern("factor", factor=factor)
+    columns = wrong.any(dim=0)
+    if int(columns.sum()) == 1 and columns.numel() >= SINGLE_MIN_ELEMENTS:
+        return Pattern("single", element=element_label(int(columns.nonzero()[0])))
+    return None
+
+
+NONLINEAR_HINT = ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale with grad_output, "
+                  "including negative values")
+
+
+def mark_nonlinear(found, negated):
+    """Give each argument of ``found`` (and its others) that ``negated`` (the -grad_output comparison's error, or
+    None) shows not linear in grad_output that pattern."""
+    if negated is None:
+        return
+    nonlinear = {error.argument for error in [negated] + negated.others}
+    for error in [found] + found.others:
+        if error.argument in nonlinear:
+            error.pattern = Pattern("nonlinear")
+
+
+def describe_factor(factor):
+    return FACTORS.get(factor, f"{factor:g}x")
+
+
+def pattern_hint(pattern, argument):
+    """The hint a Pattern supports, or None."""
+    if pattern is None:
+        return None
+    if pattern.kind == "factor" and pattern.factor == -1.0:
+        return f"the analytical gradient has the wrong sign at every element of `{argument}`"
+    if pattern.kind == "factor":
+        return (f"the analytical gradient is {describe_factor(pattern.factor)} the numerical one at every element "
+                f"of `{argument}`: a constant factor is off")
+    if pattern.kind == "nonlinear":
+        return NONLINEAR_HINT
+    if pattern.kind == "single":
+        return (f"only {pattern.element} is wrong; every other element of `{argument}`'s gradient matches: an "
+                "indexing or boundary slip (the last element, a tile's edge, a loop bound), not the formula")
+    return None
+

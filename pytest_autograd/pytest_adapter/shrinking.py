@@ -1,0 +1,50 @@
+"""``--autograd-shrink`` and ``--autograd-repro`` with their ini twins: what follows a failure (engine/after_failure)."""
+
+from pathlib import Path
+
+import pytest
+
+from pytest_autograd.engine.case import DEFAULT_SHRINK_SECONDS
+from pytest_autograd.pytest_adapter import settings
+
+SHRINK = "autograd_shrink"
+REPRO = "autograd_repro"
+SHRINK_SECONDS = pytest.StashKey()
+REPRO_DIR = pytest.StashKey()
+SHRINK_HELP = (f"seconds a failing item may spend shrinking its sample to the smallest one that fails the same way "
+               f"(default {DEFAULT_SHRINK_SECONDS:g}; 0: off)")
+REPRO_HELP = ("write, for every failing item, a stand-alone Python script (only torch and the op) and its sample "
+              "tensors into this directory")
+
+
+def add_options(parser):
+    group = parser.getgroup("autograd", "autograd op checks (pytest-autograd)")
+    group.addoption("--autograd-shrink", dest=SHRINK, default=None, metavar="SECONDS", help=f"{SHRINK_HELP}. ini: {SHRINK}")
+    settings.add_number_ini(parser, SHRINK, SHRINK_HELP, DEFAULT_SHRINK_SECONDS, float)
+    group.addoption("--autograd-repro", dest=REPRO, default=None, metavar="DIR", help=f"{REPRO_HELP}. ini: {REPRO}")
+    parser.addini(REPRO, REPRO_HELP, default="")
+
+
+def configure(config):
+    """Validate both once per session; keep the values in the config's stash."""
+    value, source = config.getoption(SHRINK, None), "--autograd-shrink"
+    if value is None:
+        value, source = settings._getini(config, SHRINK), f"ini {SHRINK}"
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise pytest.UsageError(f"{source}: {value!r} is not a number of seconds; pass e.g. --autograd-shrink=10 "
+                                "(or autograd_shrink = 10 in the ini file), or 0 to report failing samples unshrunk")
+    config.stash[SHRINK_SECONDS] = seconds or None
+    directory = config.getoption(REPRO, None) or str(config.getini(REPRO) or "").strip()
+    config.stash[REPRO_DIR] = str(Path(config.invocation_params.dir, directory)) if directory else None
+
+
+def shrink_seconds(config):
+    return config.stash.get(SHRINK_SECONDS, DEFAULT_SHRINK_SECONDS)
+
+
+def repro_dir(config):
+    return config.stash.get(REPRO_DIR, None)
