@@ -22,6 +22,7 @@ import torch
 
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
+from pytest_autograd.engine.draws import uniform
 from pytest_autograd.results.compare import fmt_index
 
 PROBES = 3  # independent whole-input directions
@@ -115,7 +116,7 @@ class _Prober:
 
 def _direction(n, generator, evaluator):
     """Random signs and magnitudes in [1, 2]: u + sign(u) for u uniform in (-1, 1)."""
-    u = torch.rand(n, generator=generator, dtype=torch.float64).mul_(2).sub_(1)
+    u = uniform((n,), generator).mul_(2).sub_(1)
     return u.add_(u.sign()).to(evaluator.device)
 
 

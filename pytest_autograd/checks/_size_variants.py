@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pytest_autograd.engine.draws import uniform
 from pytest_autograd.engine.outcomes import UsageProblem
 
 PLUS_ONE, MINUS_ONE, ONE, ODD, LARGE, DECLARED = (
@@ -297,6 +298,6 @@ def _jittered(tensor, where, generator):
         return tensor
     middle = (values.max() + values.min()) / 2
     low, high = JITTER
-    fraction = torch.rand(values.shape, generator=generator, dtype=torch.float64).to(values.device) * (high - low) + low
+    fraction = uniform(tuple(values.shape), generator).to(values.device) * (high - low) + low
     moved = torch.where(where, values + fraction * (middle - values), values).to(real.dtype)
     return torch.view_as_complex(moved) if tensor.is_complex() else moved
