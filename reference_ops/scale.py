@@ -53,7 +53,7 @@ CUBIC = 0.044715
 LAYER_NORM_EPS = 1e-5
 ROW = 1024  # row width of the row-wise ops and GELU's samples
 LINEAR_FEATURES = 512  # in and out features of the linear layer
-HEADS_LENGTH, HEAD_DIM = 256, 64  # attention: sequence length and head dimension
+HEADS_LENGTH, HEAD_DIM = 512, 64  # attention: sequence length and head dimension (batch: 8 to 128 heads)
 
 
 class Gelu(Function):
