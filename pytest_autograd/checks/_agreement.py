@@ -8,7 +8,8 @@ and for finite real tensors agreement is one inequality per element:
 exactly the test ``compare_tensors`` applies. :func:`agree` evaluates it in
 float64 and answers True only when it holds everywhere with nothing special
 in ``expected``; anything else goes to ``compare_tensors``, which gives the
-verdict and the report.
+verdict and the report. Bitwise-equal tensors (two runs of one kernel)
+agree after one pass that allocates nothing.
 """
 
 import math
@@ -21,6 +22,8 @@ def agree(expected, got, atol, rtol):
     False when it must be asked."""
     if tuple(expected.shape) != tuple(got.shape) or not (expected.is_floating_point() and got.is_floating_point()):
         return False
+    if expected.dtype == got.dtype and expected.device == got.device and bool(torch.equal(expected, got)):
+        return True  # bitwise equal (two runs of one kernel, mostly): no element can differ; NaN is never equal
     expected = expected.detach().to(torch.float64)
     got = got.detach().to(device=expected.device, dtype=torch.float64)
     if expected.numel() == 0:
