@@ -48,6 +48,8 @@ except ImportError as error:  # pragma: no cover - exercised where triton is abs
     ) from error
 
 __all__ = [
+    "rms_norm_triton_op",
+    "rms_norm_triton_op_no_rstd_term",
     "TritonRMSNorm",
     "TritonRMSNormNoRstdTerm",
     "TritonRMSNormLastBlockWeightGrad",
@@ -163,8 +165,14 @@ def _check_arguments(x, weight):
                          f"{weight.dtype}/{weight.device}")
 
 
-def rms_norm_forward(x, weight, eps=EPS):
-    """(y, rstd): y like x, rstd of shape x.shape[:-1] (float32, or float64 for float64 inputs)."""
+def _as_is(kernel):
+    return kernel
+
+
+def rms_norm_forward(x, weight, eps=EPS, launch=_as_is):
+    """(y, rstd): y like x, rstd of shape x.shape[:-1] (float32, or float64 for float64 inputs).
+
+    ``launch`` wraps the kernel before its launch: ``torch.library.wrap_triton`` inside a ``triton_op``."""
     _check_arguments(x, weight)
     _require_runnable(x)
     n_cols = x.shape[-1]
@@ -173,13 +181,13 @@ def rms_norm_forward(x, weight, eps=EPS):
     rstd = torch.empty(rows.shape[0], dtype=_rstd_dtype(x.dtype), device=x.device)
     if rows.numel():
         tile_rows, block_n = _tile(n_cols)
-        _rms_norm_forward_kernel[(triton.cdiv(rows.shape[0], tile_rows),)](
+        launch(_rms_norm_forward_kernel)[(triton.cdiv(rows.shape[0], tile_rows),)](
             rows, weight.contiguous(), y, rstd, rows.shape[0], n_cols, eps,
             ROWS=tile_rows, BLOCK_N=block_n, ACC=_accumulator(x.dtype))
     return y.reshape(x.shape), rstd.reshape(x.shape[:-1])
 
 
-def rms_norm_backward(grad_y, x, weight, rstd, bug=CORRECT):
+def rms_norm_backward(grad_y, x, weight, rstd, bug=CORRECT, launch=_as_is):
     """(dx, dweight) from the saved x, weight and rstd."""
     _require_runnable(x)
     n_cols = x.shape[-1]
@@ -191,7 +199,7 @@ def rms_norm_backward(grad_y, x, weight, rstd, bug=CORRECT):
     blocks = triton.cdiv(n_rows, tile_rows)
     dw_partial = torch.zeros(max(blocks, 1), n_cols, dtype=_rstd_dtype(x.dtype), device=x.device)
     if n_rows and n_cols:
-        _rms_norm_backward_kernel[(blocks,)](
+        launch(_rms_norm_backward_kernel)[(blocks,)](
             dy, rows, weight.contiguous(), rstd.reshape(-1).contiguous(), dx, dw_partial, n_rows, n_cols,
             ROWS=tile_rows, BLOCK_N=block_n, ACC=_accumulator(x.dtype), BUG=bug)
     return dx.reshape(x.shape), dw_partial.sum(0).to(weight.dtype)
@@ -272,26 +280,69 @@ def _define():
     def _(grad_y, x, weight, rstd):
         return torch.empty_like(x), torch.empty_like(weight)
 
-    def setup_context(ctx, inputs, output):
-        x, weight, _ = inputs
-        ctx.save_for_backward(x, weight, output[1])
+    rms_norm.register_autograd(_autograd_backward(rms_norm_backward_op), setup_context=_save_for_backward)
+    return rms_norm
+
+
+def _save_for_backward(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+
+
+def _autograd_backward(backward_op):
+    """The registered backward of an ``(y, rstd)`` rms_norm op whose kernel backward is ``backward_op``."""
 
     def backward(ctx, grad_y, grad_rstd):
         x, weight, rstd = ctx.saved_tensors
         if grad_y is None:
             grad_y = torch.zeros_like(x)
-        dx, dw = rms_norm_backward_op(grad_y, x, weight, rstd)
+        dx, dw = backward_op(grad_y, x, weight, rstd)
         if grad_rstd is not None:  # rstd is an output too: d rstd / dx = -rstd^3 * x / N
             r = rstd.unsqueeze(-1)
             dx = dx - (grad_rstd.unsqueeze(-1) * r * r * r * x / x.shape[-1]).to(dx.dtype)
         return dx, dw, None
 
-    rms_norm.register_autograd(backward, setup_context=setup_context)
-    return rms_norm
+    return backward
 
 
 rms_norm_op = _define()
 """``torch.ops.autograd_triton.rms_norm(x, weight, eps) -> (y, rstd)``: a custom op over the Triton kernels."""
+
+
+# ---------------------------------------------------------------------------
+# torch.library.triton_op front end: what torch.compile traces into
+# ---------------------------------------------------------------------------
+
+
+def _define_triton_op(name, bug):
+    """``autograd_triton::<name>``, a ``triton_op`` whose launches go through ``wrap_triton`` (torch >= 2.6).
+
+    Unlike ``custom_op``, torch.compile sees the kernels themselves. Its backward is a ``triton_op`` too.
+    """
+    existing = getattr(getattr(torch.ops, NAMESPACE, None), name, None)
+    if existing is not None:
+        return existing.default
+    if not hasattr(torch.library, "triton_op"):
+        return None
+    wrap = torch.library.wrap_triton
+
+    @torch.library.triton_op(f"{NAMESPACE}::{name}", mutates_args=())
+    def forward(x: Tensor, weight: Tensor, eps: float = EPS) -> Tuple[Tensor, Tensor]:
+        return rms_norm_forward(x, weight, eps, launch=wrap)
+
+    @torch.library.triton_op(f"{NAMESPACE}::{name}_backward", mutates_args=())
+    def backward_op(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor) -> Tuple[Tensor, Tensor]:
+        return rms_norm_backward(grad_y, x, weight, rstd, bug=bug, launch=wrap)
+
+    forward.register_autograd(_autograd_backward(backward_op), setup_context=_save_for_backward)
+    return getattr(torch.ops, NAMESPACE).__getattr__(name).default
+
+
+rms_norm_triton_op = _define_triton_op("rms_norm_triton", CORRECT)
+"""``torch.ops.autograd_triton.rms_norm_triton``: the same kernels as a ``torch.library.triton_op`` (None on
+torch < 2.6)."""
+rms_norm_triton_op_no_rstd_term = _define_triton_op("rms_norm_triton_no_rstd_term", NO_RSTD_TERM)
+"""Its planted-bug twin: dx misses the term from rstd's dependence on x."""
 
 
 # ---------------------------------------------------------------------------

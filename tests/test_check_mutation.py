@@ -316,3 +316,27 @@ def test_a_backward_that_overwrites_its_inputs_fails_saying_how_to_declare_it(py
 def test_a_backward_that_overwrites_inputs_declared_with_mutates_passes(pytester, run_pytest):
     pytester.makepyfile(test_ops=SWIGLU_WRITES_GRADIENTS_INTO_ITS_INPUTS.replace("{marker}", ', mutates=("a", "b")'))
     run_pytest().assert_outcomes(passed=1)
+
+
+MEMORY_SAVING = """
+import pytest
+from reference_ops.memory_saving import {op}, swiglu_reference, swiglu_samples
+
+@pytest.mark.autograd_op(op={op}, reference=swiglu_reference, mutates=("a", "b"), double_backward=False)
+def test_swiglu():
+    return swiglu_samples()
+"""
+
+
+def test_a_declared_memory_saving_backward_passes_every_default_check(pytester):
+    pytester.makepyfile(test_ops=MEMORY_SAVING.format(op="SwiGLUSavesMemory"))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert "failed" not in result.parseoutcomes(), result.stdout.str()
+
+
+def test_a_memory_saving_backward_with_a_wrong_gradient_fails_gradcheck_for_the_gradient_not_the_writes(pytester):
+    pytester.makepyfile(test_ops=MEMORY_SAVING.format(op="SwiGLUSavesMemoryNoSiluTerm"))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*gradient of output w.r.t. `a` does not match the numerical derivative*"])
+    assert "modified by an inplace operation" not in result.stdout.str()

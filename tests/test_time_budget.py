@@ -125,3 +125,53 @@ def test_a_budget_works_in_a_thread_other_than_the_main_one():
     worker.start()
     worker.join(10)
     assert found and found[0].expired is not None
+
+
+EXPIRIES_IN_BOOKKEEPING = """
+import time
+from pytest_autograd.engine.budget import call_with_limit
+
+def registers_budgets_all_the_time():
+    while True:
+        call_with_limit(100, lambda: None)
+
+for _ in range(12):  # each expiry lands somewhere in the inner budgets' own bookkeeping
+    assert call_with_limit(0.05, registers_budgets_all_the_time).expired is not None
+
+def spin():
+    while True:
+        pass
+
+start = time.monotonic()
+assert call_with_limit(0.3, spin).expired is not None
+time.sleep(0.3)
+print(f"stopped after {time.monotonic() - start:.1f} s, nothing pending")
+"""
+
+
+def test_budgets_still_stop_code_after_expiries_that_landed_in_their_own_bookkeeping():
+    # An expiry raised while a nested budget held a lock once left the watchdog waiting on it for good: every
+    # later budget of the session was dead, and a solver that never returns ran until memory ran out.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EXPIRIES_IN_BOOKKEEPING], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("s, nothing pending\n"), done.stdout
+
+
+def test_a_budget_nested_inside_another_ends_with_it_even_when_its_own_removal_never_ran():
+    from pytest_autograd.engine.budget import _WATCHDOG, _Deadline
+
+    left_behind = []
+
+    def registers_without_removing():
+        left_behind.append(_Deadline(0.2, threading.get_ident()))
+        _WATCHDOG.add(left_behind[0])  # as when an expiry cuts an inner call_with_limit short before its cleanup
+        return "done"
+
+    assert call_with_limit(10, registers_without_removing).value == "done"
+    left_behind = left_behind[0]
+    assert not left_behind.active and left_behind not in _WATCHDOG.deadlines
+    time.sleep(0.6)  # it must not fire here, outside the code it guarded

@@ -18,6 +18,7 @@ from reference_ops.triton_ops import (  # noqa: E402
     ROWS_PER_PROGRAM,
     TritonRMSNorm,
     rms_norm_op,
+    rms_norm_triton_op,
     rms_norm_reference,
     rms_norm_samples,
     rms_norm_with_rstd_reference,
@@ -39,6 +40,48 @@ def test_triton_rms_norm_function_passes_every_default_check():
 @pytest.mark.autograd_op(op=rms_norm_op, reference=rms_norm_with_rstd_reference, double_backward=False, **NATIVE)
 def test_triton_rms_norm_custom_op_passes_every_default_check():
     return rms_norm_samples()
+
+
+TRITON_OP = pytest.mark.skipif(rms_norm_triton_op is None, reason=f"torch {torch.__version__} has no "
+                                                                  "torch.library.triton_op (added in 2.6)")
+
+
+@TRITON_OP
+@pytest.mark.autograd_op(op=rms_norm_triton_op, reference=rms_norm_with_rstd_reference, double_backward=False,
+                         **NATIVE)
+def test_triton_rms_norm_triton_op_passes_every_default_check():
+    return rms_norm_samples()
+
+
+@TRITON_OP
+def test_a_triton_op_passes_opcheck_and_compile_where_they_can_run(pytester, run_pytest):
+    pytester.makepyfile(test_op="""
+import pytest
+from reference_ops.triton_ops import rms_norm_triton_op, rms_norm_with_rstd_reference, rms_norm_samples
+
+@pytest.mark.autograd_op(op=rms_norm_triton_op, reference=rms_norm_with_rstd_reference, double_backward=False,
+                         checks=["opcheck", "compile"])
+def test_rms_norm():
+    return rms_norm_samples()[:1]
+""")
+    result = run_pytest(f"--autograd-devices={KERNEL_DEVICE}", "-rs")
+    assert "failed" not in result.parseoutcomes(), result.stdout.str()
+    if interpreter_on():  # fake-tensor tracing reaches into the interpreted kernel: noted and skipped, not failed
+        result.assert_outcomes(passed=1, skipped=1, warnings=2)
+        result.stdout.fnmatch_lines(["*test_faketensor not judged: TRITON_INTERPRET=1: Triton's interpreter runs "
+                                     "kernels on real memory*",
+                                     "SKIPPED [[]1[]] test_op.py:*: TRITON_INTERPRET=1: Triton's interpreter runs "
+                                     "kernels on real memory*"])
+    else:  # a GPU compiles the kernels: every part of opcheck and torch.compile judges the op
+        result.assert_outcomes(passed=2)
+
+
+@TRITON_OP
+def test_a_triton_op_with_a_missing_rstd_term_fails_gradcheck(pytester, run_pytest):
+    pytester.makepyfile(test_planted=PLANTED.format(op="rms_norm_triton_op_no_rstd_term", checks=["gradcheck"]))
+    result = run_pytest(f"--autograd-devices={KERNEL_DEVICE}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*gradient of * w.r.t. `x` does not match the numerical derivative*"])
 
 
 @pytest.mark.autograd_op(op=TritonRMSNorm, reference=rms_norm_reference, checks=["bench"], sweep=[1024, 8192],

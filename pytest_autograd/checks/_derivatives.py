@@ -24,6 +24,7 @@ from pytest_autograd.checks._kinks import KinkNotes
 from pytest_autograd.checks._numerical import (
     DerivativeError,
     Evaluator,
+    grads_again,
     pick,
     projected_difference,
     unravel,
@@ -68,7 +69,7 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     else:
         found = probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes)
     if found is None:
-        found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol)
+        found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
     # A failure, or random probes let through at kinks, where ties may explain them: judged where none flips.
     crossed = found is None and notes.probe_kinks > probe_kinks
     if judge_ties and (crossed or (found is not None and not found.smooth)):
@@ -138,13 +139,13 @@ def _along_tie_groups(evaluator, outputs, cotangents, analytical, ties, generato
     )
 
 
-def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol):
+def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator):
     """backward(-v) must be -backward(v): catches every sign-dependent backward.
 
     One random cotangent misses ``grad_output.clamp(min=0)`` whenever the few
     elements that matter happen to be positive; v and -v together never do.
     """
-    negated = grads_of(outputs, leaves, [None if c is None else -c for c in cotangents], retain_graph=True)
+    negated = grads_again(outputs, leaves, [None if c is None else -c for c in cotangents], evaluator)
     worst = None
     for j, leaf in enumerate(leaves):
         expected = -analytical[j].detach().reshape(-1)

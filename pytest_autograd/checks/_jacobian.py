@@ -13,6 +13,7 @@ import torch
 from pytest_autograd.checks._kinks import jump_mask, kink_mask
 from pytest_autograd.checks._numerical import (
     DerivativeError,
+    grads_again,
     index_label,
     pick,
     worst_of,
@@ -28,7 +29,7 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
     """The worst DerivativeError over every Jacobian element, or None; kinks go to ``notes``."""
     f0 = [out.detach() for out in outputs]
     central, right, left = _numerical_jacobians(evaluator, f0, eps)
-    rows = _analytical_jacobians(outputs, evaluator.base, leaves, cotangents, analytical)
+    rows = _analytical_jacobians(outputs, evaluator.base, leaves, cotangents, analytical, evaluator)
     worst = None
     kinks = [kink_mask(central[k], right[k], left[k], rows[k], atol, rtol) for k in range(len(outputs))]
     jumps = _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps)
@@ -109,8 +110,11 @@ def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps):
     return masks
 
 
-def _analytical_jacobians(outputs, bases, leaves, cotangents, analytical):
-    """Per output: the analytical Jacobian (numel_out, numel_in), by one batched backward when possible."""
+def _analytical_jacobians(outputs, bases, leaves, cotangents, analytical, evaluator=None):
+    """Per output: the analytical Jacobian (numel_out, numel_in), by one batched backward when possible.
+
+    A backward that cannot run twice on one graph gets a fresh graph per row (``grads_again``).
+    """
     rows = _batched_rows(outputs, leaves, cotangents, analytical)
     if rows is not None:
         return rows
@@ -120,7 +124,8 @@ def _analytical_jacobians(outputs, bases, leaves, cotangents, analytical):
             # Contiguous, so that the flat view works for non-contiguous outputs (a transpose, a permute).
             basis = [torch.zeros(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
             basis[k].view(-1)[r] = 1.0
-            grads = grads_of(outputs, leaves, basis, retain_graph=True)
+            grads = grads_of(outputs, leaves, basis, retain_graph=True) if evaluator is None else \
+                grads_again(outputs, leaves, basis, evaluator)
             rows[k][r] = torch.cat([g.detach().reshape(-1) for g in grads]) if grads else rows[k][r]
     return rows
 

@@ -20,6 +20,8 @@ import torch
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.engine.triton_interpreter import fake_tracing_refusal
 from pytest_autograd.results.report import CheckFailure
 
 MISMATCH_HINT = ("eager and compiled code disagree: typical causes are a custom op's fake impl that differs "
@@ -132,6 +134,9 @@ def _essence(error):
 
 
 def _fail_raised(context, label, error, sample_breaks, fullgraph):
+    refusal = fake_tracing_refusal(error)
+    if refusal:
+        skip(refusal)
     essence = _essence(error)
     is_break = fullgraph and (sample_breaks or type(error).__name__ in ("Unsupported", "UserError"))
     if sample_breaks:  # they name the user's line already

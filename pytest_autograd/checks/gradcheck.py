@@ -25,7 +25,11 @@ from pytest_autograd.checks._surrogate import (
     surrogate_reason,
 )
 from pytest_autograd.checks.base import Check
-from pytest_autograd.engine.execution import constants_only_reason, has_floating_input, output_label
+from pytest_autograd.engine.execution import (
+    constants_only_reason,
+    has_floating_input,
+    output_label,
+)
 
 
 class GradCheck(Check):

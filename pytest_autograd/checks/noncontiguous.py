@@ -37,6 +37,7 @@ import torch
 from pytest_autograd.checks._agreement import agree
 from pytest_autograd.checks._hygiene import call_with, tensor_arguments
 from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.mutation import declared_by_marker
 from pytest_autograd.engine.complex_views import as_complex
 from pytest_autograd.engine.execution import (
     OpRaised,
@@ -195,7 +196,7 @@ class NonContiguous(Check):
 
 
 def _written_slots(context, prepared, keep=None):
-    """Slots of arguments the op modifies in place (they cannot be expanded).
+    """Slots of arguments the op modifies in place, or declares it may (they cannot be expanded).
 
     ``keep``, a dict, receives the call's outputs under "outputs": a
     contiguous run on fresh copies of the leaves, which the value-keeping
@@ -207,7 +208,9 @@ def _written_slots(context, prepared, keep=None):
     outputs = call_with(context.case, args, kwargs).outputs
     if keep is not None:
         keep["outputs"] = outputs
-    return {slot for (slot, _, tensor), version in zip(arguments, versions) if tensor._version != version}
+    declared = declared_by_marker(context.case)  # mutates=: written by forward, or by a memory-saving backward
+    return {slot for (slot, name, tensor), version in zip(arguments, versions)
+            if tensor._version != version or slot in declared or name in declared}
 
 
 @dataclass

@@ -19,6 +19,7 @@ Imports no torch and no pytest; the option (``--autograd-timeout``) is the adapt
 """
 
 import ctypes
+import itertools
 import math
 import sys
 import threading
@@ -96,9 +97,9 @@ def call_with_limit(seconds, fn):
     if not seconds or not _can_interrupt():
         return Finished(fn())
     deadline = _Deadline(seconds, threading.get_ident())
-    _WATCHDOG.add(deadline)
     try:
         try:
+            _WATCHDOG.add(deadline)
             return Finished(fn())
         finally:
             _WATCHDOG.remove(deadline)
@@ -118,6 +119,8 @@ class _Deadline:
     def __init__(self, seconds, thread_id):
         self.due = time.monotonic() + seconds
         self.thread_id = thread_id
+        self.order = next(_ORDER)  # budgets of one thread nest: a later one is an inner one
+        self.active = False  # between add and remove: only an active deadline is fired
         self.fired = False
         self.stack = None
 
@@ -125,45 +128,88 @@ class _Deadline:
 class _Watchdog:
     """One daemon thread for all deadlines; it looks at them every ``POLL_SECONDS``.
 
-    Adding or removing a deadline never wakes it: waking another thread
-    costs the guarded thread a GIL hand-off (milliseconds on a busy machine),
-    and checks add a deadline per input magnitude.
+    The guarded thread takes no lock: an exception fired into it while it
+    held one (registering a nested deadline, say) would leave the lock held
+    for good, and the watchdog, waiting on it, would stop every later budget
+    in the session. Registering is one list operation, atomic under the GIL;
+    the only race, the watchdog firing a deadline its thread is removing, is
+    closed by ``firing``: remove waits while the watchdog is inside the
+    firing of that deadline, then drops what it may have sent.
+
+    Adding or removing a deadline never wakes the watchdog: waking another
+    thread costs the guarded thread a GIL hand-off (milliseconds on a busy
+    machine), and checks add a deadline per input magnitude.
     """
 
     def __init__(self):
-        self.condition = threading.Condition()
         self.deadlines = []
+        self.firing = None  # the deadline the watchdog is firing right now
         self.thread = None
+        self.starting = threading.Lock()
 
     def add(self, deadline):
-        with self.condition:
-            self.deadlines.append(deadline)
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._loop, name="pytest-autograd-budget", daemon=True)
-                self.thread.start()
+        if self.thread is None:
+            self._start()
+        deadline.active = True
+        self.deadlines.append(deadline)
+
+    def _start(self):
+        """Start the one watchdog thread, at the first deadline ever: none can fire into the caller yet.
+
+        Its liveness is never asked later: ``Thread.is_alive`` interrupted by
+        a fired exception marks a running thread as stopped, which would
+        start a second watchdog.
+        """
+        with self.starting:
+            if self.thread is None:
+                thread = threading.Thread(target=self._loop, name="pytest-autograd-budget", daemon=True)
+                thread.start()
+                self.thread = thread
 
     def remove(self, deadline):
-        with self.condition:
-            if deadline in self.deadlines:
-                self.deadlines.remove(deadline)
-                others_fired = any(d.fired for d in self.deadlines if d.thread_id == deadline.thread_id)
-                if deadline.fired and not others_fired:
-                    _set_async_exc(deadline.thread_id, None)  # drop a copy not yet delivered
+        """End ``deadline`` and every budget nested in it: an exception that cut an inner budget's own removal
+        short must not leave it to fire later, outside its code."""
+        ending = [d for d in list(self.deadlines) if d.thread_id == deadline.thread_id and d.order > deadline.order]
+        ending.append(deadline)
+        for d in ending:
+            d.active = False
+        while self.firing in ending:  # the watchdog saw one active a moment ago: let it finish
+            time.sleep(0.0001)
+        for d in ending:
+            try:
+                self.deadlines.remove(d)
+            except ValueError:  # never added, or removed already
+                pass
+        outer_fired = any(d.fired and d.active and d.thread_id == deadline.thread_id for d in list(self.deadlines))
+        if any(d.fired for d in ending) and not outer_fired:
+            _set_async_exc(deadline.thread_id, None)  # drop a copy not yet delivered
 
     def _loop(self):
-        with self.condition:
-            while True:
-                now = time.monotonic()
-                for deadline in list(self.deadlines):
-                    if deadline.due <= now:
-                        if deadline.stack is None:
-                            frame = sys._current_frames().get(deadline.thread_id)
-                            deadline.stack = traceback.extract_stack(frame) if frame is not None else []
-                        deadline.fired = True
-                        deadline.due = now + RETRY_SECONDS
-                        _set_async_exc(deadline.thread_id, TimeBudgetExceeded)
-                upcoming = min((d.due for d in self.deadlines), default=math.inf)
-                self.condition.wait(min(POLL_SECONDS, max(0.0, upcoming - time.monotonic())))
+        while True:  # never ends: the thread is started once (see _start)
+            now = time.monotonic()
+            deadlines = list(self.deadlines)
+            for deadline in deadlines:
+                if deadline.active and deadline.due <= now:
+                    try:
+                        self._fire(deadline, now)
+                    except Exception:  # noqa: BLE001 - a stack that cannot be read must not end the watchdog
+                        deadline.stack = deadline.stack or []
+            upcoming = min((d.due for d in deadlines if d.active), default=math.inf)
+            time.sleep(min(POLL_SECONDS, max(0.0, upcoming - time.monotonic())))
+
+    def _fire(self, deadline, now):
+        self.firing = deadline
+        try:
+            if not deadline.active:  # removed between the look and announcing the firing
+                return
+            if deadline.stack is None:
+                frame = sys._current_frames().get(deadline.thread_id)
+                deadline.stack = traceback.extract_stack(frame) if frame is not None else []
+            deadline.fired = True
+            deadline.due = now + RETRY_SECONDS
+            _set_async_exc(deadline.thread_id, TimeBudgetExceeded)
+        finally:
+            self.firing = None
 
 
 def _set_async_exc(thread_id, exception):
@@ -171,6 +217,7 @@ def _set_async_exc(thread_id, exception):
                                                None if exception is None else ctypes.py_object(exception))
 
 
+_ORDER = itertools.count()
 _WATCHDOG = _Watchdog()
 
 

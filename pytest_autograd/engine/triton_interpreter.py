@@ -168,3 +168,22 @@ def watching_interpreted_dtypes():
                     f"the kernel; judge {dtype} on a GPU")
 
         yield refusal
+
+
+# What torch says when FakeTensor tracing (opcheck's fake tensor and aot dispatch tests, torch.compile) reaches
+# a kernel that runs on real memory: under the interpreter a triton_op's wrap_triton launch is such a kernel.
+_FAKE_TRACING_INTO_KERNEL = (
+    "Cannot access data pointer of Tensor",
+    "Attempted to access the data pointer on an invalid python storage",
+    'Attempted to set the storage of a tensor on device "meta" to a storage on different device',
+)
+
+
+def fake_tracing_refusal(error_text):
+    """Why a failure of FakeTensor tracing says nothing about the op here, or None (see _FAKE_TRACING_INTO_KERNEL)."""
+    if not interpreter_on() or not any(marker in str(error_text) for marker in _FAKE_TRACING_INTO_KERNEL):
+        return None
+    return (f"{ENV}=1: Triton's interpreter runs kernels on real memory, so tracing with fake tensors (opcheck's "
+            "fake tensor and aot dispatch tests, torch.compile) reaches into the interpreted kernel; a limit of the "
+            "interpreter, not of the op: run these on a GPU without it")
+

@@ -39,12 +39,12 @@ from pytest_autograd.pytest_adapter.marker import (
 )
 from pytest_autograd.pytest_adapter.marker_misuse import misuse_problem
 from pytest_autograd.pytest_adapter.model_marker import validate_model_marker
+from pytest_autograd.pytest_adapter.record import test_name
 from pytest_autograd.pytest_adapter.settings import (
     WORKER_INPUT_KEY,
     Settings,
     add_options,
 )
-from pytest_autograd.pytest_adapter.record import test_name
 from pytest_autograd.pytest_adapter.summary import Tally
 
 pytest_plugins = ["pytest_autograd.pytest_adapter.bench", "pytest_autograd.pytest_adapter.reporting"]

@@ -106,9 +106,7 @@ def _run_seeded(item, spec, device, settings, check, seed):
     except CheckSkipped as skipped:
         skip_here(skipped.reason)
     if problem is not None:
-        headline = problem.replace(f"{where}: ", "")
-        pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_usage_problem(problem, where), headline)
-        pytest.fail(pointer or problem, pytrace=False)
+        fail_usage_problem(item, spec, problem)
     if failure is not None:
         summary = failure.report.summary
         pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_failure(summary), summary)
@@ -116,6 +114,13 @@ def _run_seeded(item, spec, device, settings, check, seed):
             pytest.fail(pointer, pytrace=False)
         attach_picture(failure.report, item.config, where)
         _fail(failure, rerun, where, seed)
+
+
+def fail_usage_problem(item, spec, problem):
+    """Fail with a usage problem: in full on the first item of the test that met it, as a pointer on the rest."""
+    headline = problem.replace(f"{item.nodeid}: ", "")
+    cause = root_cause.cause_of_usage_problem(problem, item.nodeid)
+    pytest.fail(root_cause.pointer_to_first(item, spec, cause, headline) or problem, pytrace=False)
 
 
 def show_notes(item, texts):

@@ -21,8 +21,13 @@ from pytest_autograd.engine.model_scan import (
 )
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.engine.seeding import item_seed, seeded
-from pytest_autograd.pytest_adapter import root_cause
-from pytest_autograd.pytest_adapter.items import NOTES_SECTION, call_body, rerun_command, run_options
+from pytest_autograd.pytest_adapter.items import (
+    NOTES_SECTION,
+    call_body,
+    fail_usage_problem,
+    rerun_command,
+    run_options,
+)
 from pytest_autograd.pytest_adapter.keys import MODEL_MARKER
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
 from pytest_autograd.pytest_adapter.skipping import skip_here
@@ -63,9 +68,7 @@ def _scan(item, spec, settings, registry, seed):
     except NothingToCheck as nothing:
         skip_here(nothing.reason)
     if problem is not None:
-        headline = problem.replace(f"{where}: ", "")
-        pointer = root_cause.pointer_to_first(item, spec, root_cause.cause_of_usage_problem(problem, where), headline)
-        pytest.fail(pointer or problem, pytrace=False)
+        fail_usage_problem(item, spec, problem)
     return ScanResult(verdicts, capture.backward, notes), rerun
 
 
