@@ -20,6 +20,8 @@
   Triton one refuses every dtype but bfloat16, and has a twin that reads a row-strided grad_output wrongly.
 * :mod:`reference_ops.mixed_precision` -- bfloat16 activations with float32 master weights, and a twin
   returning the weight's gradient in bfloat16.
+* :mod:`reference_ops.scale` -- GELU, layer norm, softmax and attention written like kernels' wrappers, for
+  checks at 0.25M to 4M elements, with twins whose backward uses intermediates saved in forward.
 * :mod:`reference_ops.memory_saving` -- a backward that writes the gradients into the saved inputs
   (declared with ``mutates=``), and a twin with a wrong gradient.
 * :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
@@ -55,8 +57,8 @@ _EXTENSION_EXPORTS = frozenset(
     }
 )
 _LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "fused", "low_precision_reductions",
-                              "memory_saving", "mixed_precision", "model", "modules", "normalization", "selection",
-                              "sizes", "sizes_triton", "state", "triton_layer_norm", "triton_ops"})
+                              "memory_saving", "mixed_precision", "model", "modules", "normalization", "scale",
+                              "selection", "sizes", "sizes_triton", "state", "triton_layer_norm", "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

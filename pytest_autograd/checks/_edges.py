@@ -28,6 +28,7 @@ from pytest_autograd.checks._transforms import (
 from pytest_autograd.engine.execution import OpRaised
 from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
 
+NOTHING = "nothing"  # _error's left_out= when every element counts
 REFERENCE_K = 2.0  # the op may be this many times as wrong as the reference in the same dtype
 CONDITION_K = 16.0  # ... or this many times the truth's own movement under one rounding of the inputs
 
@@ -129,6 +130,8 @@ class Judge:
         same_dtype_reference = None
         overflowed_output = False
         for compared in pairs:
+            if compared.everywhere:  # every element finite and representable: nothing to blame
+                continue
             pair, e, g = compared.pair, compared.expected, compared.got
             if "output" in pair.fields:
                 overflowed_output |= not bool((compared.representable | compared.got_finite).all())
@@ -244,7 +247,10 @@ class Judge:
         for output in truth.outputs:
             if output.is_floating_point() and output.numel():
                 size = output.detach().abs()
-                output_size = max(output_size, float(size.masked_fill_(~(size <= fits), 0.0).max()))
+                peak = float(size.max())
+                if not peak <= fits:  # NaN, inf or beyond the dtype somewhere: the largest that fits
+                    peak = float(size.masked_fill_(~(size <= fits), 0.0).max())
+                output_size = max(output_size, peak)
         if self.cotangent_size is None:
             self.cotangent_size = max((float(c.abs().max()) for c in self.cotangents if c is not None and c.numel()),
                                       default=0.0)
@@ -290,50 +296,86 @@ class Judge:
 
 
 class _Compared:
-    """One output or gradient of the op against the truth, as float64, with the masks both checks need."""
+    """One output or gradient of the op against the truth, as float64, with the masks both checks need.
+
+    The masks are made only when some element is special: usually every
+    value fits and is finite (``everywhere``), which two reductions tell.
+    """
 
     def __init__(self, pair, dtype):
         self.pair, self.dtype = pair, dtype
         self.expected, self.got = _as64(pair.expected), _as64(pair.got)
-        # finite and within the dtype's range (NaN and inf compare False)
-        self.representable = self.expected.abs() <= torch.finfo(dtype).max
-        self.got_finite = self.got.isfinite()
+        self.everywhere, self.peak = _holds_everything(self.expected, self.got, torch.finfo(dtype))
+        self._representable = self._got_finite = None
+
+    @property
+    def representable(self):
+        """Finite and within the dtype's range (NaN and inf compare False)."""
+        if self._representable is None:
+            self._representable = self.expected.abs() <= torch.finfo(self.dtype).max
+        return self._representable
+
+    @property
+    def got_finite(self):
+        if self._got_finite is None:
+            self._got_finite = self.got.isfinite()
+        return self._got_finite
 
     def error(self, natural_scale):
         if self.expected.shape != self.got.shape:
             return Error(0.0)
-        return _error(self.expected, self.got, self.dtype, True, natural_scale,
-                      left_out=~(self.representable & self.got_finite))
+        left_out = NOTHING if self.everywhere else ~(self.representable & self.got_finite)
+        return _error(self.expected, self.got, self.dtype, True, natural_scale, left_out=left_out, peak=self.peak)
 
 
 def _as64(tensor):
     return tensor.detach().to("cpu", torch.float64)
 
 
-def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None):
+def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None, peak=None):
     """Normwise error over the elements the dtype can hold: finite in both, within its range.
 
     max |got - expected| / max(max |expected|, ``natural_scale``). Differences
     below the dtype's smallest normal number are ignored when ``rounded``
-    (what underflows in the dtype cannot be told apart from 0).
+    (what underflows in the dtype cannot be told apart from 0). ``left_out``:
+    a mask of the elements outside that (None: computed here; ``NOTHING``:
+    none, and ``peak`` is max |expected|).
     """
     e, g = _as64(expected), _as64(got)
     if e.shape != g.shape or not e.numel():
         return Error(0.0)
     info = torch.finfo(dtype)
     if left_out is None:
-        left_out = ~((e.abs() <= info.max) & g.isfinite())
-    diff = (g - e).abs().masked_fill_(left_out, 0.0)
-    if rounded:
-        diff = diff.sub_(info.tiny).clamp_(min=0.0)
+        everywhere, peak = _holds_everything(e, g, info)
+        left_out = NOTHING if everywhere else ~((e.abs() <= info.max) & g.isfinite())
+    if left_out is NOTHING:
+        left_out = None
+    diff = (g - e).abs_()
+    if left_out is not None:
+        diff.masked_fill_(left_out, 0.0)
     worst, flat = diff.reshape(-1).max(0)
     worst, flat = float(worst), int(flat)
+    if rounded:  # the largest difference less the smallest normal, as every difference less it would give
+        worst = max(worst - info.tiny, 0.0)
     if worst == 0.0:
         return Error(0.0)
-    scale = max(float(e.abs().masked_fill_(left_out, 0.0).max()), natural_scale)
+    if left_out is not None:
+        peak = float(e.abs().masked_fill_(left_out, 0.0).max())
+    scale = max(peak, natural_scale)
     value = worst / scale if scale > 0 else math.inf
     index = unravel(flat, e.shape)
     return Error(value, index, float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
+
+
+def _holds_everything(expected, got, info):
+    """(whether every expected value fits the dtype and every got value is finite, max |expected|), by reductions
+    that allocate nothing: a sum is finite only when every term is (a finite sum that overflows is sent to the
+    masks, which decide)."""
+    if not expected.numel():
+        return True, 0.0
+    high, low = float(expected.max()), float(expected.min())  # NaN when any is NaN
+    peak = max(high, -low) if high == high and low == low else math.nan
+    return peak <= info.max and math.isfinite(float(got.sum())), peak
 
 
 def _short(error):

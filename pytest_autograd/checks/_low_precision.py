@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._measured_differences import find_low_precision_error
+from pytest_autograd.engine.draws import normal
 from pytest_autograd.engine.execution import OpRaised, differentiable_indices
 from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
 
@@ -198,7 +199,7 @@ def _second_order_against_reference(context, sample, dtype):
         outputs = context.run_op(prepared, fn=fn)
         diff = differentiable_indices(outputs)
         if "v" not in draws:
-            draws["v"] = [torch.randn(outputs[k].shape, generator=context.generator, dtype=torch.float64)
+            draws["v"] = [normal(tuple(outputs[k].shape), context.generator)
                           .to(dtype).to(torch.float64) for k in diff]
         cotangents = [v.to(device=outputs[k].device, dtype=outputs[k].dtype).requires_grad_(True)
                       for k, v in zip(diff, draws["v"])]
@@ -209,7 +210,7 @@ def _second_order_against_reference(context, sample, dtype):
             raise OpRaised("backward", error) from error
         firsts = [torch.zeros_like(x) if g is None else g for x, g in zip(prepared.leaves, firsts)]
         if "w" not in draws:
-            draws["w"] = [torch.randn(g.shape, generator=context.generator, dtype=torch.float64)
+            draws["w"] = [normal(tuple(g.shape), context.generator)
                           .to(dtype).to(torch.float64) for g in firsts]
         pairs = [(g, w.to(device=g.device, dtype=g.dtype)) for g, w in zip(firsts, draws["w"]) if g.requires_grad]
         wrt = list(prepared.leaves) + cotangents

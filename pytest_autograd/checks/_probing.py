@@ -23,6 +23,7 @@ import torch
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
 from pytest_autograd.checks._patterns import FACTOR_RTOL, FACTORS, SINGLE_MIN_ELEMENTS, Pattern
+from pytest_autograd.engine.draws import uniform
 from pytest_autograd.results.compare import fmt_index
 
 PROBES = 3  # independent whole-input directions
@@ -184,7 +185,7 @@ class _Prober:
 
 def _direction(n, generator, evaluator):
     """Random signs and magnitudes in [1, 2]: u + sign(u) for u uniform in (-1, 1)."""
-    u = torch.rand(n, generator=generator, dtype=torch.float64).mul_(2).sub_(1)
+    u = uniform((n,), generator).mul_(2).sub_(1)
     return u.add_(u.sign()).to(evaluator.device)
 
 

@@ -12,6 +12,16 @@ two elements are equal. ``constants=`` and integer tensors are repeated as
 they are; an integer tensor whose values could index a shrunk dim is taken
 modulo the new size, and a size that an integer tensor holds as its largest
 value (lengths, offsets such as ``cu_seqlens``) is kept fixed.
+
+On a large sample (its largest tensor over ``CUT_ELEMENTS``), each size's
+variants are taken with the *other* sizes cut (halved, never below
+``CUT_FLOOR``) until the sample without the change fits: ``x`` of
+``(4096, 1024)`` is tried at 4097 rows of 16 columns and at 1025 columns of
+64 rows. A tail, a missing program, a split boundary or a squeezed dim shows
+at any number of rows, so each variant costs a few thousand elements, not a
+few million; the sample's own sizes are the other checks' to judge. A size
+already spanning several blocks (``LARGE_FLOOR`` or more) gets no
+several-blocks variant.
 """
 
 import math
@@ -19,13 +29,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pytest_autograd.engine.draws import LARGE_DRAW, uniform
 from pytest_autograd.engine.outcomes import UsageProblem
 
 PLUS_ONE, MINUS_ONE, ONE, ODD, LARGE, DECLARED = (
     "size + 1", "size - 1", "1", "odd, just past a power of two", "several blocks", "sizes= on the marker")
 PRIORITY = (PLUS_ONE, MINUS_ONE, ONE, ODD, LARGE, DECLARED)  # judged in this order, most telling first
 LARGE_FLOOR = 2048  # the several-blocks size is at least this (+3): it spans blocks of up to 1024 elements
-LARGE_ELEMENTS = 1 << 18  # ... unless a tensor would then exceed this many elements (or 4x the sample's largest)
+LARGE_ELEMENTS = 1 << 18  # ... unless a tensor would then exceed this many elements (or 4x the sample's largest; the
+# other sizes of a variant, twice it)
+CUT_ELEMENTS = 1 << 16  # a sample larger than this has its other sizes cut for each size's variants ...
+CUT_FLOOR = 16  # ... each halved while it stays at least this
 JITTER = (0.05, 0.3)  # repeated floating values move this fraction of the way towards their range's middle
 
 EXAMPLE = "sizes={64: None, 256: [255, 300, 1000]}"
@@ -55,6 +69,7 @@ class Axis:
     places: list
     sizes: list = field(default_factory=list)  # (new size, kind) pairs
     fixed: str = None  # why the size is kept, or None
+    cuts: list = field(default_factory=list)  # (other Axis, smaller size): where its variants are taken
 
     @property
     def tensor_places(self):
@@ -119,7 +134,6 @@ def axes_of(case, sample, requested):
     for _, _, value in tensors:
         if value.is_floating_point() or value.is_complex():
             sizes.update(s for s in value.shape if s >= 2 or s in requested)
-    largest = max((value.numel() for _, _, value in tensors), default=0)
     axes = []
     for size in sorted(sizes):
         places = [Place(slot, case.arg_name(slot), dim) for slot, _, value in tensors
@@ -133,19 +147,41 @@ def axes_of(case, sample, requested):
                 axis.sizes = [(s, DECLARED) for s in requested[size]]
         else:
             axis.fixed = _held_as_value(case, tensors, size)
-            if axis.fixed is None:
-                axis.sizes = derived_sizes(size, lambda m, axis=axis: variant_numel(tensors, axis, m), largest)
         axes.append(axis)
+    for axis in axes:
+        if axis.fixed is None and not axis.sizes:
+            axis.cuts = cuts_for(tensors, axes, axis)
+            largest = variant_numel(tensors, axis, axis.size, axis.cuts)
+            axis.sizes = derived_sizes(axis.size, lambda m, axis=axis: variant_numel(tensors, axis, m, axis.cuts),
+                                       largest)
     return axes
+
+
+def cuts_for(tensors, axes, axis):
+    """(other Axis, smaller size) pairs that bring a large sample under CUT_ELEMENTS while ``axis`` keeps its size:
+    the largest other size halved, again and again, never below CUT_FLOOR; none for a sample that fits already."""
+    others = [other for other in axes if other is not axis and other.fixed is None and other.size >= 2 * CUT_FLOOR]
+    cut = {id(other): other.size for other in others}
+
+    def numel():
+        return variant_numel(tensors, axis, axis.size, [(other, cut[id(other)]) for other in others])
+
+    while numel() > CUT_ELEMENTS:
+        halvable = [other for other in others if cut[id(other)] // 2 >= CUT_FLOOR]
+        if not halvable:
+            break
+        biggest = max(halvable, key=lambda other: cut[id(other)])
+        cut[id(biggest)] //= 2
+    return [(other, cut[id(other)]) for other in others if cut[id(other)] != other.size]
 
 
 def derived_sizes(n, numel_at, largest):
     """(size, kind) pairs for a sample size ``n``: the tails and edges kernels get wrong."""
     found = {}
     for size, kind in ((n + 1, PLUS_ONE), (n - 1, MINUS_ONE), (1, ONE), (odd_past_power_of_two(n), ODD)):
-        if size >= 1 and size != n and size not in found and numel_at(size) <= max(LARGE_ELEMENTS, 8 * largest):
+        if size >= 1 and size != n and size not in found and numel_at(size) <= max(LARGE_ELEMENTS, 2 * largest):
             found[size] = kind
-    large = several_blocks(n, numel_at, max(LARGE_ELEMENTS, 4 * largest))
+    large = several_blocks(n, numel_at, max(LARGE_ELEMENTS, 4 * largest)) if n < LARGE_FLOOR else None
     if large is not None and large > max(found, default=n):
         found[large] = LARGE
     return list(found.items())
@@ -172,24 +208,45 @@ def several_blocks(n, numel_at, cap):
     return size if size > 2 * n + 1 else None
 
 
-def variant_numel(tensors, axis, size):
-    """The largest tensor's element count when ``axis`` takes ``size``."""
+def variant_numel(tensors, axis, size, cuts=()):
+    """The largest tensor's element count when ``axis`` takes ``size`` (and the ``cuts`` axes their sizes)."""
     largest = 0
     for slot, _, value in tensors:
-        dims = {p.dim for p in axis.tensor_places if p.slot == slot}
-        largest = max(largest, math.prod(size if d in dims else s for d, s in enumerate(value.shape)))
+        shape = _shape_at(slot, value.shape, [(axis, size)] + list(cuts))
+        largest = max(largest, math.prod(shape))
     return largest
 
 
+def _shape_at(slot, shape, changes):
+    """``shape`` of the tensor in ``slot`` with each (Axis, size) of ``changes`` applied to its dims."""
+    shape = list(shape)
+    for axis, size in changes:
+        for place in axis.tensor_places:
+            if place.slot == slot:
+                shape[place.dim] = size
+    return shape
+
+
 def growth(sample, axis, size):
-    """How many times the sample's elements (all tensors together) the variant with ``axis`` at ``size`` has."""
+    """How many times the sample's elements (all tensors together) the variant with ``axis`` at ``size`` has
+    (with the axis' cuts)."""
     tensors = _tensor_arguments(sample)
     before = sum(value.numel() for _, _, value in tensors)
-    after = 0
-    for slot, _, value in tensors:
-        dims = {p.dim for p in axis.tensor_places if p.slot == slot}
-        after += math.prod(size if d in dims else s for d, s in enumerate(value.shape))
+    after = sum(math.prod(_shape_at(slot, value.shape, [(axis, size)] + list(axis.cuts)))
+                for slot, _, value in tensors)
     return after / before if before else 1.0
+
+
+def cut_base(case, sample, axis):
+    """``sample`` with ``axis``' cuts applied (the sample itself without cuts): where its variants are taken."""
+    for other, size in axis.cuts:
+        sample = variant(case, sample, other, size, None)
+    return sample
+
+
+def describe_cuts(axis):
+    """``dim 1 of `x` cut from 1024 to 16, ...`` for a report."""
+    return ", ".join(f"{other.tensor_places[0].describe()} cut from {other.size} to {size}" for other, size in axis.cuts)
 
 
 def variant(case, sample, axis, size, generator):
@@ -289,14 +346,22 @@ def _resized(tensor, dims, old, new, jitter, generator):
 
 
 def _jittered(tensor, where, generator):
-    """Repeated elements moved a random fraction of the way towards the middle of the tensor's range."""
+    """Repeated elements moved a random fraction of the way towards the middle of the tensor's range (``tensor``, a
+    fresh copy, may be written)."""
     real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
     where = where.unsqueeze(-1).expand(real.shape) if tensor.is_complex() else where
     values = real.detach().to(torch.float64)
-    if not bool(values.isfinite().all()):
+    top, bottom = float(values.max()), float(values.min())
+    if not (math.isfinite(top) and math.isfinite(bottom)):
         return tensor
-    middle = (values.max() + values.min()) / 2
+    middle = (top + bottom) / 2
     low, high = JITTER
-    fraction = torch.rand(values.shape, generator=generator, dtype=torch.float64).to(values.device) * (high - low) + low
-    moved = torch.where(where, values + fraction * (middle - values), values).to(real.dtype)
+    if values.numel() < LARGE_DRAW:  # the draws small samples always had
+        fraction = uniform(tuple(values.shape), generator).to(values.device)[where]
+    else:  # only the repeated elements need one
+        fraction = uniform((int(where.sum()),), generator).to(values.device)
+    fraction = fraction * (high - low) + low
+    picked = values[where]
+    values[where] = picked + fraction * (middle - picked)
+    moved = values.to(real.dtype)
     return torch.view_as_complex(moved) if tensor.is_complex() else moved

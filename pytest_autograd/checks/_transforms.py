@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.engine.case import is_autograd_function
+from pytest_autograd.engine.draws import normal
 from pytest_autograd.engine.execution import OpRaised, grads_of, output_label
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import fmt, fmt_index
@@ -138,7 +139,7 @@ def _forward_and_backward(context, sample, dtype, cotangents64, fn):
         cotangents64 = []
         for output in outputs:
             if output.is_floating_point():
-                values = torch.randn(output.shape, generator=context.generator, dtype=torch.float64)
+                values = normal(tuple(output.shape), context.generator)
                 cotangents64.append(values.to(output.dtype).to(torch.float64))
             else:
                 cotangents64.append(None)
@@ -193,9 +194,16 @@ def normwise_error(expected, got):
     got = got.detach().to("cpu", torch.float64)
     if expected.numel() == 0:
         return Error(0.0, (), 0.0, 0.0)
-    finite = expected.isfinite()
-    scale = float(expected.abs()[finite].max()) if bool(finite.any()) else 0.0
     diff = (got - expected).abs()
+    magnitude = expected.abs()
+    scale, worst = float(magnitude.max()), float(diff.max())
+    if math.isfinite(scale) and math.isfinite(worst):  # nothing special on either side: no masking to do
+        flat = int(torch.argmax(diff))
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape))
+        value = worst / scale if scale > 0 else worst
+        return Error(value, index, float(expected.reshape(-1)[flat]), float(got.reshape(-1)[flat]))
+    finite = expected.isfinite()
+    scale = float(magnitude[finite].max()) if bool(finite.any()) else 0.0
     same_special = (expected.isnan() & got.isnan()) | (expected.isinf() & (expected == got))
     diff = torch.where(same_special, torch.zeros_like(diff), diff)
     diff = torch.where(diff.isnan(), torch.full_like(diff, math.inf), diff)

@@ -7,6 +7,7 @@ built-in ones.
 
 import torch
 
+from pytest_autograd.checks._agreement import agree
 from pytest_autograd.engine.execution import OpRaised, floating_dtype, prepare, run_op
 from pytest_autograd.results.compare import (
     Mismatch,
@@ -113,6 +114,8 @@ class CheckContext:
     def compare(self, expected, got, summary, what, dtype=None, hint=None, **fields):
         """Compare two tensors with dtype-aware tolerances; fail naming ``what``."""
         atol, rtol = self.tolerance(dtype or expected.dtype)
+        if agree(expected, got, atol, rtol):
+            return
         mismatch = compare_tensors(expected, got, atol, rtol)
         if mismatch is None:
             return

@@ -13,6 +13,8 @@ noted, never failed; an op that accepts none is skipped, saying why.
 
 The most telling variants run first, within a time budget; a variant far
 slower than the first one is stopped, and the larger sizes of its dim with it.
+On a large sample the other sizes are cut while one size is varied (see
+``_size_variants``), so the check costs about the same at any sample size.
 """
 
 import time
@@ -36,6 +38,8 @@ from pytest_autograd.checks._size_variants import (
     PRIORITY,
     axes_of,
     check_requested_sizes_occur,
+    cut_base,
+    describe_cuts,
     growth,
     requested_sizes,
     variant,
@@ -121,6 +125,8 @@ class _Run:
         self.judged = 0
         self.unrun = []
         self.sample_checked = set()  # samples whose own run was checked after a refused variant
+        self.bases = {}  # (index, axis size) -> the sample with that axis' cuts
+        self.sample_verdicts = {}  # index -> the Verdict at the sample itself (judged only to explain a failure)
 
     def judge(self, task, pattern=False):
         """The Verdict at ``task`` (None when not run for time); recorded for the notes and the hints."""
@@ -139,12 +145,13 @@ class _Run:
         task = self._affordable(task, sample, judge)
         if task is None:
             return None
+        base = self.base(task.index, task.axis)
         if task.size == task.axis.size:
-            shaped = sample
+            shaped = base
         else:
             generator = torch.Generator().manual_seed(hash((context.seed, task.index, task.axis.size, task.size))
                                                       % (2 ** 63))
-            shaped = variant(context.case, sample, task.axis, task.size, generator)
+            shaped = variant(context.case, base, task.axis, task.size, generator)
         elements = growth(sample, task.axis, task.size)
         first = self.first_seconds.get(task.index)
         limit = self.deadline - time.monotonic()  # the first variant of a sample sets the pace for the others
@@ -173,6 +180,21 @@ class _Run:
             self.extra_notes.append((task, f"at {task.size}: {line}"))
         return verdict
 
+    def base(self, index, axis):
+        """The sample with ``axis``' cuts, where its variants are taken (the sample itself without cuts)."""
+        key = (index, axis.size)
+        if key not in self.bases:
+            self.bases[key] = cut_base(self.context.case, self.context.case.samples[index], axis)
+        return self.bases[key]
+
+    def sample_verdict(self, index):
+        """The Verdict at sample ``index`` itself, uncut."""
+        if index not in self.sample_verdicts:
+            sample = self.context.case.samples[index]
+            self.sample_verdicts[index] = self._judge_for(index, sample).at(sample)
+            self.context.sample_index = index
+        return self.sample_verdicts[index]
+
     def _raise_if_the_sample_raises(self, index, sample, judge):
         """An op that raises at its own sample fails every check the same way (one report per root cause):
         that is no refused size."""
@@ -192,8 +214,9 @@ class _Run:
             return task
         smallest = max([2 * task.axis.size + 1] + [size for size, kind in task.axis.sizes if kind != LARGE])
         size, why = task.size, None
+        base = self.base(task.index, task.axis)
         for _ in range(4):
-            shaped = variant(self.context.case, sample, task.axis, size, torch.Generator().manual_seed(0))
+            shaped = variant(self.context.case, base, task.axis, size, torch.Generator().manual_seed(0))
             seconds = judge.forward_seconds(shaped, PROBE_SECONDS)
             if seconds is not None and seconds * judge.evaluations <= LARGE_SECONDS:
                 break
@@ -293,10 +316,15 @@ def _report(context, run, task, verdict):
     place = axis.where(verdict.argument)
     dim = f"dim {place.dim}" if place.name == verdict.argument else f"dim {place.dim} of `{place.name}`"
     when = f"when {dim} (size {axis.size} in your sample) is {task.size}"
+    if observed.get(axis.size) is False and axis.cuts and run.sample_verdict(task.index).status == RIGHT:
+        _report_cuts(context, run, task)
     if observed.get(axis.size) is False:  # one report per root cause, as precision does for a maths error
         skip(f"the op is wrong at your sample's own sizes too ({verdict.what}, and {when}): gradcheck and "
              "reference report it there; sizes judges what depends on the size once the sample is right")
     details = []
+    if axis.cuts:
+        details.append(f"judged with the other sizes cut to keep the variant small ({describe_cuts(axis)}); right "
+                       f"there at size {axis.size}")
     if len(axis.places) > 1:
         details.append(f"changed together: {axis.together()}")
     if verdict.strategy:
@@ -313,6 +341,27 @@ def _report(context, run, task, verdict):
         context.fail_raised(verdict.raised, when, hint=hint or "backward must return each gradient in the shape of "
                             "its input: look for a squeeze(), view or sum that drops a dim of size 1",
                             details=details)
+    context.fail(f"{verdict.what} is wrong {when}", output=verdict.output, argument=verdict.argument,
+                 worst=verdict.worst, error=verdict.error, details=details, hint=hint, evidence=verdict.evidence,
+                 dtype=dtype_label(run.judges[task.index].dtype))
+
+
+def _report_cuts(context, run, task):
+    """Fail for a variant base whose cuts alone make the op wrong while the sample itself is right."""
+    axis = task.axis
+    verdict = run.seen[(task.index, axis.size)][axis.size]
+    context.sample_index = task.index
+    context.dtype = run.judges[task.index].dtype
+    when = "when " + " and ".join(f"{other.tensor_places[0].describe()} (size {other.size} in your sample) is {size}"
+                                  for other, size in axis.cuts)
+    details = [f"right at your sample's sizes; the other sizes were cut to vary {_dim(axis)} cheaply, and the op is "
+               "wrong with the cuts alone"]
+    if verdict.strategy:
+        details.append(f"judged by: {verdict.strategy}")
+    hint = derivative_hint(verdict.derivative, has_backward=context.case.is_function) \
+        if verdict.derivative is not None else None
+    if verdict.raised is not None:
+        context.fail_raised(verdict.raised, when, hint=hint, details=details)
     context.fail(f"{verdict.what} is wrong {when}", output=verdict.output, argument=verdict.argument,
                  worst=verdict.worst, error=verdict.error, details=details, hint=hint, evidence=verdict.evidence,
                  dtype=dtype_label(run.judges[task.index].dtype))

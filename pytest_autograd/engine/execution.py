@@ -15,6 +15,7 @@ from pytest_autograd.engine.complex_views import (
     real_output,
     real_view_leaf,
 )
+from pytest_autograd.engine.draws import normal_like
 from pytest_autograd.engine.outcomes import OpRaised, UsageProblem
 from pytest_autograd.results.report import CheckFailure, Report
 
@@ -213,8 +214,7 @@ def random_cotangents(outputs, generator, device=None):
     cotangents = []
     for output in outputs:
         if is_differentiable_dtype(output):
-            values = torch.randn(output.shape, generator=generator, dtype=torch.float64)
-            cotangents.append(values.to(device=device or output.device, dtype=output.dtype))
+            cotangents.append(normal_like(tuple(output.shape), generator, device or output.device, output.dtype))
         else:
             cotangents.append(None)
     return cotangents

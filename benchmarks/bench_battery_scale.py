@@ -1,0 +1,236 @@
+"""The battery at scale against torch's fast-mode gradcheck + gradgradcheck, measured in the same run.
+
+For every op family of ``reference_ops.scale.FAMILIES`` (elementwise GELU,
+row-wise layer norm and softmax, attention's batched matmuls, a linear
+layer) and every size (elements in the largest argument), times, on CPU and
+in one process:
+
+  * torch's pair: ``torch.autograd.gradcheck(fast_mode=True)`` +
+    ``gradgradcheck(fast_mode=True)`` on float64 copies (the anchor);
+  * the plugin's gradcheck + gradgradcheck (``run_checks``);
+  * the plugin's whole default battery (``run_checks`` with the family's
+    reference), with each check's share;
+
+and prints the ratios the goals are stated in: pair / anchor (goal <= 1.0),
+battery / anchor (goal <= 2.5), and battery at the largest size over the
+battery at 1M (goal <= 4.5 for 4x the elements). Each figure is the median
+of ``--repeat`` runs, the measurements of one repeat taken back to back so
+that load on a shared machine hits them alike. Every verdict must be a pass:
+a failure is printed and ends the run with status 1. Times are the
+process's CPU time by default (``--clock wall`` for elapsed time): with one
+thread it is the work done, which other processes on a shared machine do
+not inflate the way they inflate elapsed time.
+
+``--detection`` instead runs the planted-bug twins at every size and prints
+which check caught each (gradgradcheck must catch the double-backward bugs
+of ``reference_ops.scale``; gradcheck the wrong single element).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_battery_scale.py
+    python benchmarks/bench_battery_scale.py --families gelu --sizes 1M 4M --repeat 3 --threads 1
+    python benchmarks/bench_battery_scale.py --detection --sizes 256k 1M 4M
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pytest_autograd.engine.api import run_checks  # noqa: E402
+from pytest_autograd.engine.builtin import register_builtin_checks  # noqa: E402
+from pytest_autograd.engine.case import Sample  # noqa: E402
+from pytest_autograd.engine.registry import CheckRegistry  # noqa: E402
+from reference_ops.scale import FAMILIES  # noqa: E402
+
+PAIR = ["gradcheck", "gradgradcheck"]
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
+def parse_size(text):
+    """'256k', '1M', '4M' or a plain number of elements."""
+    factor = {"k": 1 << 10, "m": 1 << 20}.get(text[-1].lower(), 1)
+    return int(float(text[:-1] if factor > 1 else text) * factor)
+
+
+def size_label(elements):
+    return f"{elements / (1 << 20):g}M" if elements >= 1 << 20 else f"{elements // (1 << 10)}k"
+
+
+class TimedRegistry(CheckRegistry):
+    """The built-in checks, each run timed: ``seconds[name]`` accumulates."""
+
+    def __init__(self):
+        super().__init__()
+        register_builtin_checks(self)
+        self.seconds = {}
+
+    def get(self, name):
+        return _Timed(super().get(name), self.seconds)
+
+
+class _Timed:
+    def __init__(self, check, seconds):
+        self._check, self._seconds = check, seconds
+
+    def __getattr__(self, attribute):
+        return getattr(self._check, attribute)
+
+    def run(self, context):
+        start = clock()
+        try:
+            return self._check.run(context)
+        finally:
+            name = self._check.name
+            self._seconds[name] = self._seconds.get(name, 0.0) + clock() - start
+
+
+def torch_fast_pair(op, args):
+    inputs = tuple(a.detach().double().requires_grad_(True) for a in args)
+    start = clock()
+    assert torch.autograd.gradcheck(op.apply, inputs, fast_mode=True)
+    assert torch.autograd.gradgradcheck(op.apply, inputs, fast_mode=True)
+    return clock() - start
+
+
+def ours(family, args, checks, registry=None, reference=None, op=None):
+    """Seconds of run_checks; a failed verdict is a finding, printed, and the run's exit status."""
+    start = clock()
+    outcomes = run_checks(op or family.op, samples=[Sample(*args)], reference=reference, checks=checks,
+                          registry=registry)
+    elapsed = clock() - start
+    failed = [o for o in outcomes if o.status == "failed"]
+    for outcome in failed:
+        print(f"  FAILED {outcome.check}: {outcome.detail}", flush=True)
+    if failed:
+        ours.failures += len(failed)
+    return elapsed, outcomes
+
+
+ours.failures = 0
+
+
+def measure(name, family, elements, repeat):
+    generator = torch.Generator().manual_seed(0)
+    args = family.samples(elements, generator)[0]
+    anchors, pairs, batteries, shares = [], [], [], []
+    for _ in range(repeat):
+        anchors.append(torch_fast_pair(family.op, args))
+        pairs.append(ours(family, args, PAIR)[0])
+        registry = TimedRegistry()
+        seconds, outcomes = ours(family, args, None, registry=registry, reference=family.reference)
+        batteries.append(seconds)
+        shares.append(registry.seconds)
+    skipped = sorted(o.check for o in outcomes if o.status == "skipped")
+    checks = {check: statistics.median(s.get(check, 0.0) for s in shares) for check in shares[0]}
+    return {
+        "name": name, "elements": elements, "shapes": [tuple(a.shape) for a in args],
+        "anchor": statistics.median(anchors), "pair": statistics.median(pairs),
+        "battery": statistics.median(batteries), "checks": checks, "skipped": skipped,
+    }
+
+
+def warm_up(names):
+    """One untimed run of everything on small samples: imports (torch's gradcheck loads sympy) and first calls."""
+    for name in names:
+        family = FAMILIES[name]
+        args = family.samples(1 << 12, torch.Generator().manual_seed(0))[0]
+        torch_fast_pair(family.op, args)
+        ours(family, args, None, reference=family.reference)
+
+
+def report(row):
+    anchor = row["anchor"]
+    shapes = " ".join("x".join(map(str, s)) for s in row["shapes"])
+    print(f"\n{row['name']} {size_label(row['elements'])} ({shapes})")
+    print(f"  torch fast pair (anchor)       {anchor:8.2f} s")
+    print(f"  ours gradcheck + gradgradcheck {row['pair']:8.2f} s   {row['pair'] / anchor:5.2f}x   (goal <= 1.0x)")
+    print(f"  ours default battery           {row['battery']:8.2f} s   {row['battery'] / anchor:5.2f}x   "
+          "(goal <= 2.5x)")
+    ranked = sorted(row["checks"].items(), key=lambda item: -item[1])
+    print("  per check: " + ", ".join(f"{check} {seconds:.2f}" for check, seconds in ranked if seconds >= 0.005))
+    if row["skipped"]:
+        print("  skipped: " + ", ".join(row["skipped"]))
+
+
+def summary(rows):
+    print("\nsummary (median seconds; ratios to torch's fast pair in the same run)")
+    print(f"{'op':<12}{'size':>6}{'anchor':>9}{'pair':>9}{'ratio':>7}{'battery':>9}{'ratio':>7}{'growth':>8}")
+    by_key = {(row["name"], row["elements"]): row for row in rows}
+    for row in rows:
+        one = by_key.get((row["name"], 1 << 20))
+        growth = (f"{row['battery'] / one['battery']:7.2f}x" if one and row["elements"] > 1 << 20 else "")
+        print(f"{row['name']:<12}{size_label(row['elements']):>6}{row['anchor']:9.2f}{row['pair']:9.2f}"
+              f"{row['pair'] / row['anchor']:6.2f}x{row['battery']:9.2f}{row['battery'] / row['anchor']:6.2f}x"
+              f"{growth:>8}")
+    print("goals: pair <= 1.0x, battery <= 2.5x, growth (battery at 4M / at 1M) <= 4.5x")
+
+
+def detection(names, sizes):
+    """Planted bugs at every size: each must fail the check that catches it."""
+    from reference_ops import buggy, scale
+
+    cases = [
+        ("layer_norm", scale.LayerNormAffineSavesRstd, "gradgradcheck"),
+        ("attention", scale.AttentionSavesProbabilities, "gradgradcheck"),
+        ("linear", buggy.LinearWeightGradTransposed, "gradcheck"),
+        ("linear", buggy.LinearGradInputWrong, "gradcheck"),
+        ("linear", buggy.LinearFloat32Backward, "precision"),
+        ("linear", buggy.LinearContiguousAssumption, "noncontiguous"),
+        ("linear", buggy.LinearSavesCtxAttributes, "leak"),
+    ]
+    missed = 0
+    for family_name, op, check in cases:
+        if names and family_name not in names:
+            continue
+        family = FAMILIES[family_name]
+        for elements in sizes:
+            args = family.samples(elements, torch.Generator().manual_seed(0))[0]
+            start = clock()
+            outcome = run_checks(op, samples=[Sample(*args)], reference=family.reference, checks=[check])[0]
+            elapsed = clock() - start
+            caught = outcome.status == "failed"
+            missed += not caught
+            first = outcome.detail.splitlines()[0] if outcome.detail else ""
+            print(f"{op.__name__:<32}{size_label(elements):>6} {check:<14}{'caught' if caught else 'MISSED':<8}"
+                  f"{elapsed:7.2f} s  {first[:90]}", flush=True)
+    return missed
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--sizes", nargs="*", default=["256k", "1M", "4M"], help="elements per argument")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (1 on a shared machine)")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
+                        help="cpu: the process's CPU time (steady on a shared machine with --threads 1); wall: elapsed")
+    parser.add_argument("--detection", action="store_true", help="planted bugs at every size instead of timings")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    global clock
+    clock = CLOCKS[args.clock]
+    sizes = [parse_size(s) for s in args.sizes]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} time, median of {args.repeat}",
+          flush=True)
+    if args.detection:
+        return 1 if detection(args.families, sizes) else 0
+    warm_up(args.families)
+    rows = []
+    for name in args.families:
+        for elements in sizes:
+            rows.append(measure(name, FAMILIES[name], elements, args.repeat))
+            report(rows[-1])
+            sys.stdout.flush()
+    summary(rows)
+    return 1 if ours.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
