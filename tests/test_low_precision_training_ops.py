@@ -54,7 +54,9 @@ def test_a_weight_gradient_summed_in_bfloat16_partials_fails_precision_against_t
         "float64 on the same rounded inputs); budget 3 x * + 1 ulp 0.0078125 = *",
         f"  on the long-reduction variant of sample 0: the sample's rows repeated * times along dim 0 (`x` to "
         f"{LONG_ROWS} x [[]24[]])",
-        "  also gradient w.r.t. `*`: error * > *",
+    ], consecutive=True)
+    # whether the bias is over its budget too depends on the order torch's threads add the bfloat16 partials
+    result.stdout.fnmatch_lines([
         "  hint: a reduction accumulated in bfloat16: a gradient summed over many rows (a weight's or a bias's) in "
         "bfloat16 partial sums or an accumulator buffer allocated in the inputs' dtype loses precision with every "
         "term; accumulate in float32 and round to bfloat16 once at the end",
