@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch.autograd import Function
 
+from reference_ops.edges import Tanh
+
 __all__ = [
     "Square",
     "SquareSqrtOfSavedOutput",
@@ -151,19 +153,8 @@ class GeluSavesCdf(Function):
         return grad * (cdf + x * _normal_pdf(x))
 
 
-class TanhSavesOutput(Function):
+class TanhSavesOutput(Tanh):
     """``tanh``; saves its output, which keeps its graph, so ``grad * (1 - y^2)`` is differentiable again."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.tanh(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return grad * (1 - y * y)
 
 
 class TanhSavesSlope(Function):

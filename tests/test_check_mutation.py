@@ -277,25 +277,7 @@ def test_mutation_names_a_list_argument_backward_changes_in_place(pytester, run_
 
 SWIGLU_WRITES_GRADIENTS_INTO_ITS_INPUTS = """
 import pytest, torch
-
-
-class SwiGLUSavesMemory(torch.autograd.Function):
-    # silu(a) * b whose backward writes the gradients into the saved inputs, to save memory (Liger-style)
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return torch.nn.functional.silu(a) * b
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        sig = torch.sigmoid(a)
-        silu = a * sig
-        grad_b = grad * silu
-        a.copy_(grad * b * (sig + silu * (1 - sig)))
-        b.copy_(grad_b)
-        return a, b
+from reference_ops.memory_saving import SwiGLUSavesMemory  # backward writes the gradients into a and b
 
 
 @pytest.mark.autograd_op(op=SwiGLUSavesMemory, checks=["mutation"]{marker})

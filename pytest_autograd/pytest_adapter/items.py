@@ -83,12 +83,18 @@ def run_item(item, spec, settings, registry):
         pytest.fail(f"{problem} (--autograd-require-devices makes an absent device an error)", pytrace=False)
     if problem:
         skip_here(problem)
-    check = registry.get(spec.check)
-    if not getattr(check, "default", True) and not spec.selected:
-        skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
+    check = selected_check(registry, spec)
     seed = item_seed(settings.seed, item.nodeid)
     with seeded(seed):
         _run_seeded(item, spec, device, settings, check, seed)
+
+
+def selected_check(registry, spec):
+    """The item's check; an opt-in check the user did not select skips the item saying how to select it."""
+    check = registry.get(spec.check)
+    if not getattr(check, "default", True) and not spec.selected:
+        skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
+    return check
 
 
 def _run_seeded(item, spec, device, settings, check, seed):

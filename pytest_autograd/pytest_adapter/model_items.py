@@ -27,6 +27,7 @@ from pytest_autograd.pytest_adapter.items import (
     fail_usage_problem,
     rerun_command,
     run_options,
+    selected_check,
 )
 from pytest_autograd.pytest_adapter.keys import MODEL_MARKER
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
@@ -39,9 +40,7 @@ def run_model_item(item, spec, settings, registry):
     problem = device_problem(spec.device)
     if problem:
         skip_here(problem)
-    check = registry.get(spec.check)
-    if not getattr(check, "default", True) and not spec.selected:
-        skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
+    selected_check(registry, spec)
     seed = item_seed(settings.seed, item.nodeid)
     with seeded(seed):
         result, rerun = _scan(item, spec, settings, registry, seed)
