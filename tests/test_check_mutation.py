@@ -322,3 +322,28 @@ def test_a_memory_saving_backward_with_a_wrong_gradient_fails_gradcheck_for_the_
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*gradient of output w.r.t. `a` does not match the numerical derivative*"])
     assert "modified by an inplace operation" not in result.stdout.str()
+
+
+def test_an_undeclared_memory_saving_backward_fails_mutation_and_gradgradcheck_only_each_saying_why():
+    from pytest_autograd import Sample, run_checks
+    from reference_ops.memory_saving import SwiGLUSavesMemory, swiglu_reference, swiglu_samples
+
+    samples = [Sample(*sample) for sample in swiglu_samples()]
+    outcomes = {o.check: o for o in run_checks(SwiGLUSavesMemory, samples=samples, reference=swiglu_reference)}
+    failed = sorted(check for check, outcome in outcomes.items() if outcome.status == "failed")
+    assert failed == ["gradgradcheck", "mutation"], [(c, outcomes[c].detail) for c in failed]
+    assert outcomes["mutation"].detail.startswith("backward modified the op's input `a` in place")
+    assert outcomes["gradgradcheck"].detail.startswith(
+        "backward is not differentiable: it writes into the op's inputs `a`, `b` in place, which its own gradient "
+        "needs")
+    assert "declare double_backward=False on the marker" in outcomes["gradgradcheck"].detail
+    assert outcomes["noncontiguous"].status == "passed", outcomes["noncontiguous"].detail
+
+
+def test_run_checks_takes_mutates_like_the_marker_whichever_checks_run():
+    from pytest_autograd import Sample, run_checks
+    from reference_ops.memory_saving import SwiGLUSavesMemory, swiglu_samples
+
+    samples = [Sample(*sample) for sample in swiglu_samples()]
+    outcome, = run_checks(SwiGLUSavesMemory, samples=samples, checks=["noncontiguous"], mutates=("a", "b"))
+    assert outcome.status == "passed", outcome.detail

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.engine.execution import OpRaised, flatten_outputs
+from pytest_autograd.engine.execution import OpRaised, flatten_outputs, grads_of, random_cotangents
 
 
 class HygieneWarning(UserWarning):
@@ -123,3 +123,16 @@ def cuda_allocated(device):
         return None
     torch.cuda.synchronize(device)
     return torch.cuda.memory_allocated(device)
+
+
+def written_by_backward(case, prepared, differentiable, generator):
+    """(slot, name) of the op's inputs that backward changes in place (a memory-saving backward writing the
+    gradients into its saved inputs), seen on one forward and backward on fresh copies of the leaves."""
+    args, kwargs = prepared.call_args()
+    arguments = tensor_arguments(case, args, kwargs)
+    outputs = call_with(case, args, kwargs).outputs
+    versions = [tensor._version for _, _, tensor in arguments]
+    chosen = [outputs[i] for i in differentiable]
+    grads_of(chosen, prepared.leaves, random_cotangents(chosen, generator))
+    return [(slot, name) for (slot, name, tensor), version in zip(arguments, versions) if tensor._version != version]
+

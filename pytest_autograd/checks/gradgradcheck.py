@@ -22,6 +22,7 @@ from pytest_autograd.checks._derivatives import (
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._low_precision import judge_second_derivatives
 from pytest_autograd.checks._hints import derivative_details
+from pytest_autograd.checks._hygiene import written_by_backward
 from pytest_autograd.checks._loci import derivative_locus
 from pytest_autograd.checks._saved_intermediates import frozen_explains, saved_intermediate_hint
 from pytest_autograd.checks._second_derivative_hints import (
@@ -106,6 +107,7 @@ class GradGradCheck(Check):
                     skip("the op's backward is @once_differentiable: its author declared no second derivative")
                 if refuses_double_backward(raised.error):
                     context.fail_raised(raised, "while taking the second derivative", hint=DOUBLE_BACKWARD_HINT)
+                _fail_if_backward_overwrites_what_it_needs(context, prepared, differentiable, raised)
                 raise
             if any(declared_once):
                 skip("part of the op's backward is @once_differentiable (its gradient graph holds an Error node): "
@@ -131,6 +133,26 @@ class GradGradCheck(Check):
                 hint=_mismatch_hint(error, context, prepared, outputs, differentiable, leaves),
                 **_loci(error, context, prepared, leaves, differentiable),
             )
+
+
+def _fail_if_backward_overwrites_what_it_needs(context, prepared, differentiable, raised):
+    """A backward that writes into the op's inputs (a memory-saving backward) cannot be differentiated again:
+    torch's "modified by an inplace operation" error is that, said in its terms; say it in the op's."""
+    if not (isinstance(raised.error, RuntimeError) and "modified by an inplace operation" in str(raised.error)):
+        return
+    try:
+        written = [name for _, name in written_by_backward(context.case, prepared, differentiable, context.generator)]
+    except Exception:  # noqa: BLE001 - no diagnosis: torch's own error stands
+        return
+    if not written:
+        return
+    names = ", ".join(f"`{name}`" for name in written)
+    context.fail(f"backward is not differentiable: it writes into the op's input{'s' if len(written) > 1 else ''} "
+                 f"{names} in place, which its own gradient needs",
+                 details=[f"double backward raised RuntimeError: {str(raised.error).split('. Hint:')[0]}"],
+                 hint=("a memory-saving backward (gradients written into the saved inputs) has no second derivative: "
+                       "declare double_backward=False on the marker if the op is not meant to be differentiated "
+                       "twice; otherwise write the gradients to new tensors"))
 
 
 def _loci(error, context, prepared, leaves, differentiable):

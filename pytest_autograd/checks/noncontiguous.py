@@ -35,12 +35,13 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._agreement import agree
-from pytest_autograd.checks._hygiene import call_with, tensor_arguments
+from pytest_autograd.checks._hygiene import call_with, tensor_arguments, written_by_backward
 from pytest_autograd.checks.base import Check
 from pytest_autograd.checks.mutation import declared_by_marker
 from pytest_autograd.engine.complex_views import as_complex
 from pytest_autograd.engine.execution import (
     OpRaised,
+    differentiable_indices,
     grads_of,
     output_label,
     prepare,
@@ -209,8 +210,12 @@ def _written_slots(context, prepared, keep=None):
     if keep is not None:
         keep["outputs"] = outputs
     declared = declared_by_marker(context.case)  # mutates=: written by forward, or by a memory-saving backward
-    return {slot for (slot, name, tensor), version in zip(arguments, versions)
-            if tensor._version != version or slot in declared or name in declared}
+    written = {slot for (slot, name, tensor), version in zip(arguments, versions)
+               if tensor._version != version or slot in declared or name in declared}
+    differentiable = differentiable_indices(outputs)
+    if differentiable and prepared.leaves:  # a backward that writes into its inputs (the mutation check's finding)
+        written |= {slot for slot, _ in written_by_backward(context.case, prepared, differentiable, context.generator)}
+    return written
 
 
 @dataclass

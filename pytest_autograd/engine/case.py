@@ -49,6 +49,9 @@ CORE_OPTIONS = {
     # Floating tensor arguments that are constants, not differentiated (e.g.
     # batch_norm's running statistics), by name or position.
     "constants": None,
+    # Arguments the op writes in place on purpose (running statistics, a memory-saving backward's saved
+    # inputs): the mutation check allows them, and every other check keeps its evidence from them.
+    "mutates": None,
 }
 
 
