@@ -16,6 +16,12 @@ ops imitate both on the CPU, around one formula with a product rule,
 Their backward is built from differentiable torch ops, so the second
 derivative exists. ``*DroppedProductTerm`` twins forget the
 ``x * w * (1 - tanh^2)`` term of ``d/dx``.
+
+:class:`SwishBfloat16Only` is a bfloat16-only kernel (SiLU, ``x *
+sigmoid(x)``), the dtype most fused training kernels are written for; its
+twin :class:`SwishBfloat16OnlyGradTooLarge` returns a gradient 1.5 times
+too large, which central differences in bfloat16 must still see without a
+reference.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ __all__ = [
     "GatedComputesInFloat32",
     "GatedComputesInFloat32DroppedProductTerm",
     "GatedFloat32OnlySilent",
+    "SwishBfloat16Only",
+    "SwishBfloat16OnlyGradTooLarge",
+    "swish_reference",
     "gated_reference",
     "gated_samples",
 ]
@@ -118,3 +127,40 @@ def gated_samples(generator=None, dtype=torch.float32):
     """A 3x4 pair and a 1-D pair of 7, values of order one."""
     r = lambda *s: torch.randn(*s, generator=generator, dtype=dtype)  # noqa: E731
     return [(r(3, 4), r(3, 4)), (r(7), 0.5 * r(7))]
+
+
+def _swish_grad(x, grad, scale=1.0):
+    x32 = x.float()
+    s = torch.sigmoid(x32)
+    return (grad.float() * (s + x32 * s * (1 - s)) * scale).to(torch.bfloat16)
+
+
+class SwishBfloat16Only(Function):
+    """``x * sigmoid(x)`` for bfloat16 only, computed in float32 and rounded, as fused kernels do."""
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype != torch.bfloat16:
+            raise RuntimeError(f"swish_kernel: only bfloat16 is supported, got {x.dtype}")
+        ctx.save_for_backward(x)
+        x32 = x.float()
+        return (x32 * torch.sigmoid(x32)).to(torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return _swish_grad(x, grad)
+
+
+class SwishBfloat16OnlyGradTooLarge(SwishBfloat16Only):
+    """BUG: the gradient is 1.5 times the derivative (a scale applied twice)."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return _swish_grad(x, grad, scale=1.5)
+
+
+def swish_reference(x):
+    return torch.nn.functional.silu(x)
+

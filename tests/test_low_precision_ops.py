@@ -148,3 +148,33 @@ def test_a_wrong_relu_gradient_away_from_the_kinks_still_fails_in_float32(pytest
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["gradient of all outputs w.r.t. `x` does not match the numerical derivative in "
                                  "float32"])
+
+
+SWISH = HEADER + """
+@pytest.mark.autograd_op(op={op})
+def test_swish():
+    generator = torch.Generator().manual_seed(0)
+    return [(torch.randn(4, 8, generator=generator).to(torch.bfloat16),) for _ in range(3)]
+"""
+
+
+def test_a_bfloat16_only_gradient_half_again_too_large_fails_gradcheck_without_a_reference(pytester, run_pytest):
+    # It passed before: summing every output's rounding allowance made the tolerance as large as the gradient,
+    # and the large steps bfloat16 needs hid the error in their own truncation error.
+    pytester.makepyfile(test_ops=SWISH.format(op="SwishBfloat16OnlyGradTooLarge"))
+    result = run_pytest("--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient of all outputs w.r.t. `x` does not match the numerical derivative in bfloat16",
+        "  check gradcheck, device cpu, dtype bfloat16, sample *",
+        "*central differences in bfloat16 at steps *; the errors * converge to * as the step shrinks (Richardson "
+        "extrapolation removes the steps' own truncation error), so it is the gradient's, not rounding's)",
+    ])
+
+
+def test_the_correct_bfloat16_only_kernel_passes_every_default_check(pytester, run_pytest):
+    pytester.makepyfile(test_ops=SWISH.format(op="SwishBfloat16Only"))
+    result = run_pytest("-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    assert outcomes["passed"] >= 10

@@ -29,6 +29,7 @@ NOISE_ULPS = 4  # rounding allowance on the outputs that moved and on the analyt
 SPREAD_FACTOR = 3.0  # how many times the measured spread across steps is tolerated
 RELATIVE_FLOOR_ULPS = 4  # relative allowance on the projected derivative, in eps ** (2/3)
 LEAF_FLOOR_ULPS = 4  # allowance on an element probe relative to the argument's largest gradient, in eps ** (2/3)
+HOEFFDING = 6.0  # L2 norms of per-output rounding bounds that a random-signed sum stays within (see _rounding_bound)
 
 
 def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, ties=None):
@@ -106,7 +107,8 @@ def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fa
 def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents64, grad, name, label, eps,
                      leaf_scale, center):
     """None when the probe agrees, the probe's label (a str) at a kink, else a DerivativeError."""
-    errors, predicted_values, floors, one_sided = [], [], [], []
+    errors, predicted_values, floors, one_sided, factors = [], [], [], [], []
+    random_walk_floors = []  # the same roundings, summed as the random walk they are (for the extrapolation)
     for factor in STEP_FACTORS:
         step = base * factor
         plus, minus = (x + step * direction).to(dtype), (x - step * direction).to(dtype)
@@ -118,11 +120,11 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
         moved_plus[j], moved_minus[j] = plus, minus
         out_plus, out_minus = evaluate(moved_plus), evaluate(moved_minus)
         change = sum(float(((p - m) * v).sum()) for p, m, v in zip(out_plus, out_minus, cotangents64))
-        moved = sum(float(((p.abs() + m.abs()) * v.abs() * (p != m)).sum())
-                    for p, m, v in zip(out_plus, out_minus, cotangents64))
+        moved_terms = [(p.abs() + m.abs()) * v.abs() * (p != m) for p, m, v in zip(out_plus, out_minus, cotangents64)]
         predicted = float((grad * delta).sum())
         width = 2 * step
         errors.append((change - predicted) / width)
+        factors.append(factor)
         right = sum(float(((p - c) * v).sum()) for p, c, v in zip(out_plus, center, cotangents64))
         left = sum(float(((c - m) * v).sum()) for c, m, v in zip(center, out_minus, cotangents64))
         one_sided.append(((right - float((grad * (plus.to(torch.float64) - x)).sum())) / step,
@@ -130,9 +132,11 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
         predicted_values.append(predicted / width)
         # An output that did not move at all may still have changed by up to one rounding in each evaluation:
         # below that resolution a small true derivative reads as 0 at every step (rms_norm over one element).
-        stuck = sum(float((c.abs() * v.abs() * (p == m)).sum()) for p, m, c, v in zip(out_plus, out_minus, center,
-                                                                                       cotangents64))
-        floors.append((NOISE_ULPS * eps * (moved + float((grad.abs() * delta.abs()).sum())) + eps * stuck) / width)
+        stuck_terms = [c.abs() * v.abs() * (p == m) for p, m, c, v in zip(out_plus, out_minus, center, cotangents64)]
+        analytical_terms = [grad.abs() * delta.abs()]
+        floors.append(eps * (NOISE_ULPS * (_l1(moved_terms) + _l1(analytical_terms)) + _l1(stuck_terms)) / width)
+        random_walk_floors.append(eps * (_random_walk(moved_terms, NOISE_ULPS) + _random_walk(analytical_terms, NOISE_ULPS)
+                                         + _random_walk(stuck_terms, 1)) / width)
     if len(errors) < 2 or not all(math.isfinite(e) for e in errors):
         if errors and not all(math.isfinite(e) for e in errors):
             return DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf, 0.0,
@@ -146,20 +150,71 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
     tolerance = (SPREAD_FACTOR * spread + max(floors)
                  + eps ** (2 / 3) * (RELATIVE_FLOOR_ULPS * scale + LEAF_FLOOR_ULPS * reach))
     best = min(range(len(errors)), key=lambda i: abs(errors[i]))
-    if abs(errors[best]) <= tolerance:
+    extrapolated = _extrapolated_error(errors, factors, max(random_walk_floors))
+    if abs(errors[best]) <= tolerance and extrapolated is None:
         return None
     if _at_kink(one_sided, tolerance, one_element="random" not in label):
         return f"grad {name}{label}"
-    got = predicted_values[best]
-    expected = got + errors[best]
+    steps = ", ".join(fmt(base * f) for f in factors)
+    if abs(errors[best]) > tolerance:
+        error, allowed = errors[best], tolerance
+        why = f"the error stays at {', '.join(fmt(e) for e in errors)} whatever the step"
+    else:
+        error, allowed = extrapolated
+        why = (f"the errors {', '.join(fmt(e) for e in errors)} converge to {fmt(error)} as the step shrinks "
+               "(Richardson extrapolation removes the steps' own truncation error)")
+    got = predicted_values[-1]
+    expected = got + error
     return DerivativeError(
         output="all outputs", argument=name, element=f"grad {name}{label}", expected=expected, got=got,
-        abs_error=abs(errors[best]), tolerance=tolerance,
-        strategy=(f"central differences in {dtype_label(dtype)} at steps {', '.join(fmt(base * f) for f in STEP_FACTORS)}; "
-                  f"the error stays at {', '.join(fmt(e) for e in errors)} whatever the step, so it is the "
+        abs_error=abs(error), tolerance=allowed,
+        strategy=(f"central differences in {dtype_label(dtype)} at steps {steps}; {why}, so it is the "
                   "gradient's, not rounding's"),
         argument_grad_all_zero=bool((grad == 0).all()), numerical_nonzero=expected != 0.0,
     )
+
+
+def _l1(terms):
+    return sum(float(t.sum()) for t in terms)
+
+
+def _random_walk(terms, ulps):
+    """How far ``sum(v_i r_i)`` may be from 0 when each rounding ``r_i`` is at most ``ulps`` of its own term
+    (``|value_i| |v_i|``, in units of eps): ``ulps`` x the L1 norm at worst, and over many terms a bound the sum
+    exceeds with a chance below 1e-7.
+
+    The cotangent's and the direction's signs are drawn independently of
+    the op, so roundings (and the changes an output too flat to move at a
+    step may hide) add up like a random walk: Hoeffding's bound,
+    ``sqrt(2 ln(2 / 1e-7)) ~ 6`` times the L2 norm of the per-term bounds.
+    The L1 norm grows with the number of outputs, until on a 64 x 64 tensor
+    a gradient wrong by half fits inside it.
+    """
+    flat = torch.cat([t.reshape(-1) for t in terms]) if terms else torch.zeros(0, dtype=torch.float64)
+    return min(ulps * float(flat.sum()), HOEFFDING * float(flat.norm()))
+
+
+def _extrapolated_error(errors, factors, noise):
+    """(error, tolerance) when the errors, freed of their steps' truncation error, converge to a value that is
+    not 0, else None.
+
+    A central difference's truncation error shrinks as the step squared; a
+    wrong gradient's error does not shrink at all. Low dtypes need large
+    steps, where truncation can hide an error of half the gradient inside
+    the spread across steps. Richardson's ``(4 e(h) - e(2h)) / 3`` removes
+    the ``h^2`` term; two such values from three halving steps must agree on
+    a value other than 0, beyond their own disagreement and the rounding
+    noise, ``noise`` at the smallest step.
+    """
+    if len(errors) < 3 or any(b != 2 * a for a, b in zip(factors[1:], factors)):
+        return None
+    coarse, fine = ((4 * errors[i + 1] - errors[i]) / 3 for i in range(2))
+    # fine's own rounding: 4/3 of the smallest step's plus 1/3 of the next one's (half of it); its truncation
+    # left over (the h^4 term) is a fifteenth of its distance to coarse.
+    tolerance = abs(coarse - fine) + 1.5 * noise
+    if abs(fine) <= tolerance or coarse * fine <= 0:
+        return None
+    return fine, tolerance
 
 
 def _at_kink(one_sided, tolerance, one_element=True):
