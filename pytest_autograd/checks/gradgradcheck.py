@@ -141,7 +141,7 @@ def _fail_if_backward_overwrites_what_it_needs(context, prepared, differentiable
     if not (isinstance(raised.error, RuntimeError) and "modified by an inplace operation" in str(raised.error)):
         return
     try:
-        written = [name for _, name in written_by_backward(context.case, prepared, differentiable, context.generator)]
+        written = [name for _, name in written_by_backward(context.case, prepared, differentiable)]
     except Exception:  # noqa: BLE001 - no diagnosis: torch's own error stands
         return
     if not written:

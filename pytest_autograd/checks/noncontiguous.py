@@ -214,7 +214,7 @@ def _written_slots(context, prepared, keep=None):
                if tensor._version != version or slot in declared or name in declared}
     differentiable = differentiable_indices(outputs)
     if differentiable and prepared.leaves:  # a backward that writes into its inputs (the mutation check's finding)
-        written |= {slot for slot, _ in written_by_backward(context.case, prepared, differentiable, context.generator)}
+        written |= {slot for slot, _ in written_by_backward(context.case, prepared, differentiable)}
     return written
 
 
