@@ -24,6 +24,8 @@
   checks at 0.25M to 4M elements, with twins whose backward uses intermediates saved in forward.
 * :mod:`reference_ops.memory_saving` -- a backward that writes the gradients into the saved inputs
   (declared with ``mutates=``), and a twin with a wrong gradient.
+* :mod:`reference_ops.statistics_outputs` -- an RMS norm that also returns ``rstd``, marked
+  non-differentiable, and a twin with a wrong weight gradient.
 * :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
   gradient away from ties.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
@@ -58,7 +60,8 @@ _EXTENSION_EXPORTS = frozenset(
 )
 _LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "fused", "low_precision_reductions",
                               "memory_saving", "mixed_precision", "model", "modules", "normalization", "scale",
-                              "selection", "sizes", "sizes_triton", "state", "triton_layer_norm", "triton_ops"})
+                              "selection", "sizes", "sizes_triton", "state", "statistics_outputs", "triton_layer_norm",
+                              "triton_ops"})
 
 __all__ = ["functions", *_functions_all]
 

@@ -44,15 +44,16 @@ EXHAUSTIVE_LIMIT = 1024  # elements in and out below which the full Jacobian is 
 
 def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL, rtol=RTOL, eps=EPS,
                           exhaustive_limit=EXHAUSTIVE_LIMIT, numerical_needs_grad=False, notes=None, outputs=None,
-                          judge_ties=True):
+                          judge_ties=True, nondifferentiable=()):
     """Return the worst DerivativeError, or None when derivatives agree.
 
     Kinks and ties are added to ``notes`` (a KinkNotes), never reported as
     errors. ``outputs``: ``fn(leaves)`` when the caller already has it (with
-    its graph), saving one evaluation.
+    its graph), saving one evaluation. ``nondifferentiable``: positions of outputs the op declares
+    non-differentiable (see ``declared_nondifferentiable``), not judged.
     """
     outputs = fn(leaves) if outputs is None else outputs
-    diff = [k for k, out in enumerate(outputs) if out.is_floating_point()]
+    diff = [k for k, out in enumerate(outputs) if out.is_floating_point() and k not in nondifferentiable]
     outputs = [outputs[k] for k in diff]
     output_names = [output_names[k] for k in diff]
     if not outputs or not leaves:
@@ -79,7 +80,7 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     if judge_ties and (crossed or (found is not None and not found.smooth)):
         found = _around_ties(found, evaluator, outputs, cotangents, analytical, generator, names, output_names,
                              notes, atol=atol, rtol=rtol, eps=eps, exhaustive_limit=exhaustive_limit,
-                             numerical_needs_grad=numerical_needs_grad)
+                             numerical_needs_grad=numerical_needs_grad, nondifferentiable=nondifferentiable)
     return found
 
 

@@ -41,6 +41,7 @@ from pytest_autograd.checks._transforms import (
 from pytest_autograd.engine.execution import (
     OpRaised,
     UsageProblem,
+    declared_nondifferentiable,
     grads_of,
     output_label,
     random_cotangents,
@@ -161,7 +162,8 @@ class Judge:
         error = find_derivative_error(
             lambda leaves: context.run_op(prepared, leaves), prepared.leaves, prepared.names,
             [output_label(k, len(outputs)) for k in range(len(outputs))], context.generator,
-            exhaustive_limit=EXHAUSTIVE_ELEMENTS, notes=kinks, outputs=outputs, **marker_tolerances(context.case))
+            exhaustive_limit=EXHAUSTIVE_ELEMENTS, notes=kinks, outputs=outputs,
+            nondifferentiable=declared_nondifferentiable(context.case, outputs), **marker_tolerances(context.case))
         notes += kinks.lines
         if error is None:
             return Verdict(RIGHT, notes=notes)

@@ -28,6 +28,7 @@ from pytest_autograd.checks._surrogate import (
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
     constants_only_reason,
+    declared_nondifferentiable,
     has_floating_input,
     output_label,
 )
@@ -61,9 +62,13 @@ class GradCheck(Check):
             def fn(leaves):
                 return context.run_op(prepared, leaves)
 
+            declared = declared_nondifferentiable(context.case, outputs)
+            for k in declared:
+                context.note(f"{output_names[k]} is declared non-differentiable (ctx.mark_non_differentiable): "
+                             "its gradient is not judged")
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
-                notes=notes, outputs=outputs, **marker_tolerances(context.case),
+                notes=notes, outputs=outputs, nondifferentiable=declared, **marker_tolerances(context.case),
             )
             notes.flush(context)
             if error is not None:

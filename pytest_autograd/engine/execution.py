@@ -56,6 +56,19 @@ def differentiable_indices(outputs):
     return [k for k, out in enumerate(outputs) if out.is_floating_point() and out.requires_grad]
 
 
+def declared_nondifferentiable(case, outputs):
+    """Positions of the floating outputs an autograd.Function declares non-differentiable
+    (``ctx.mark_non_differentiable``): they do not require grad although its inputs do.
+
+    Any other op's floating output that does not require grad is not declared
+    but detached (``.detach()``, numpy, ``torch.no_grad``): the op's bug,
+    which the derivative checks report.
+    """
+    if not case.is_function:
+        return ()
+    return tuple(k for k, out in enumerate(outputs) if out.is_floating_point() and not out.requires_grad)
+
+
 @dataclass
 class Prepared:
     """A sample made ready for one run: leaves plus the fixed arguments around them."""
