@@ -21,7 +21,8 @@ derivative exists. ``*DroppedProductTerm`` twins forget the
 sigmoid(x)``), the dtype most fused training kernels are written for; its
 twin :class:`SwishBfloat16OnlyGradTooLarge` returns a gradient 1.5 times
 too large, which central differences in bfloat16 must still see without a
-reference.
+reference; :class:`SwishBfloat16OnlyDroppedTerm` forgets the
+``x * s * (1 - s)`` term, an error small where ``|x|`` is small.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "GatedFloat32OnlySilent",
     "SwishBfloat16Only",
     "SwishBfloat16OnlyGradTooLarge",
+    "SwishBfloat16OnlyDroppedTerm",
     "swish_reference",
     "gated_reference",
     "gated_samples",
@@ -159,6 +161,15 @@ class SwishBfloat16OnlyGradTooLarge(SwishBfloat16Only):
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         return _swish_grad(x, grad, scale=1.5)
+
+
+class SwishBfloat16OnlyDroppedTerm(SwishBfloat16Only):
+    """BUG: the derivative taken as ``sigmoid(x)``, without the ``x * s * (1 - s)`` term."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return (grad.float() * torch.sigmoid(x.float())).to(torch.bfloat16)
 
 
 def swish_reference(x):

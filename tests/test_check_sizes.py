@@ -522,3 +522,21 @@ def test_an_op_that_raises_at_its_own_sample_fails_as_it_does_in_every_check():
     outcome = sizes_outcome(BackwardRaises, [Sample(torch.randn(3, 4))])
     assert outcome.status == "failed"
     assert outcome.detail.startswith("the op's backward raised RuntimeError: my kernel has no backward for this shape")
+
+
+def test_a_bfloat16_gradient_bug_without_a_reference_fails_sizes_even_where_gradcheck_misses_it():
+    # sizes once skipped "wrong at your sample's own sizes too: gradcheck reports it there", while gradcheck, as
+    # coarse as sizes in bfloat16 without a reference, passed: every check green on a wrong op.
+    from pytest_autograd import run_checks
+    from reference_ops.low_precision import SwishBfloat16OnlyDroppedTerm
+
+    verdicts = []
+    for seed in range(6):
+        x = torch.randn(4, 16, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+        outcomes = {o.check: o for o in run_checks(SwishBfloat16OnlyDroppedTerm, x, seed=seed,
+                                                   checks=["gradcheck", "sizes"])}
+        verdicts.append((outcomes["gradcheck"].status, outcomes["sizes"].status))
+        assert outcomes["sizes"].status == "failed", outcomes["sizes"].detail
+        assert "judged coarsely (central differences in bfloat16, no reference=)" in outcomes["sizes"].detail
+        assert "squeeze" not in outcomes["sizes"].detail  # no size pattern is claimed from coarse verdicts
+    assert ("passed", "failed") in verdicts, verdicts  # the case this guards: gradcheck alone would be green

@@ -318,10 +318,18 @@ def _report(context, run, task, verdict):
     when = f"when {dim} (size {axis.size} in your sample) is {task.size}"
     if observed.get(axis.size) is False and axis.cuts and run.sample_verdict(task.index).status == RIGHT:
         _report_cuts(context, run, task)
-    if observed.get(axis.size) is False:  # one report per root cause, as precision does for a maths error
+    wrong_at_sample = observed.get(axis.size) is False
+    coarse = context.case.reference is None and run.judges[task.index].dtype != torch.float64
+    if wrong_at_sample and not coarse:  # one report per root cause, as precision does for a maths error
         skip(f"the op is wrong at your sample's own sizes too ({verdict.what}, and {when}): gradcheck and "
              "reference report it there; sizes judges what depends on the size once the sample is right")
     details = []
+    if wrong_at_sample:  # without a float64 judge gradcheck's probes may miss what these variants saw: say it here
+        when = f"at your sample's own sizes too, and {when}"
+    if coarse:
+        details.append(f"judged coarsely (central differences in {dtype_label(run.judges[task.index].dtype)}, no "
+                       "reference=): a size judged right may be wrong too, and gradcheck, judging the same way, may "
+                       "miss it; reference= (any float64 formula) gives a float64 judge")
     if axis.cuts:
         details.append(f"judged with the other sizes cut to keep the variant small ({describe_cuts(axis)}); right "
                        f"there at size {axis.size}")
@@ -333,8 +341,9 @@ def _report(context, run, task, verdict):
         right = sorted(s for s, ok in observed.items() if ok)
         wrong = sorted(s for s, ok in observed.items() if not ok)
         details.append(f"sizes judged for this dim: right at {_join(right) or 'none'}; wrong at {_join(wrong)}")
-    details.append(NOT_SUPPORTED.format(size=task.size, sample=axis.size))
-    hint = pattern_hint(observed)
+    if not wrong_at_sample:  # a size pattern or an unsupported size says nothing about a bug at every size
+        details.append(NOT_SUPPORTED.format(size=task.size, sample=axis.size))
+    hint = None if wrong_at_sample or coarse else pattern_hint(observed)
     if hint is None and verdict.derivative is not None:
         hint = derivative_hint(verdict.derivative, has_backward=context.case.is_function)
     if verdict.raised is not None:
