@@ -292,3 +292,19 @@ def test_a_module_op_is_pickled_beside_its_script(tmp_path):
     done = run_script(script, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == numbers.group(1) and f": {numbers.group(3)}" in done.stdout.splitlines()[2]
+
+
+def test_a_shrunk_sizes_failure_names_the_size_that_fails_there_not_only_the_shrunk_sample():
+    # The shrunk sample of a sizes failure may be right itself (8 rows, a multiple of the block): the report must
+    # say at which size it is wrong, or a reader runs the op on the shrunk sample and sees no bug.
+    import torch
+
+    from pytest_autograd import run_checks
+    from reference_ops.sizes import TiledSoftmaxGridFloor, softmax_reference
+
+    outcome, = run_checks(TiledSoftmaxGridFloor, torch.randn(8, 256), reference=softmax_reference, checks=["sizes"])
+    assert outcome.status == "failed"
+    lines = outcome.detail.splitlines()
+    shrunk = next(i for i, line in enumerate(lines) if line.startswith("  shrunk: reproduces at x: ("))
+    assert lines[shrunk + 1].startswith("    there: gradient w.r.t. `x` is wrong when dim 0 (size "), lines[shrunk + 1]
+    assert "in your sample) is " in lines[shrunk + 1]

@@ -103,6 +103,9 @@ class Shrunk:
     attempts: int
     complete: bool  # False: the budget ran out before every move was tried
     names: dict = dataclasses.field(default_factory=dict)  # slot -> argument name
+    # sizes' failure headline there ("... when dim 0 (size 4 in your sample) is 5"): the shrunk sample may be
+    # right itself, and wrong only at the size the headline names.
+    headline: str = None
 
     def as_dict(self):
         """The report's ``shrunk`` field (see results/report.py)."""
@@ -115,6 +118,7 @@ class Shrunk:
             "attempts": self.attempts,
             "complete": self.complete,
             "note": None if self.complete else "shrinking stopped at its time budget; a smaller one may exist",
+            "headline": self.headline,
         }
 
 
@@ -138,9 +142,10 @@ def shrink(check, context, failure, seconds=DEFAULT_SHRINK_SECONDS):
         return None
     names = argument_names(context.case, original)
     worst, locus = search.best_failure.report.about(report.argument, report.output)
+    headline = search.best_failure.report.summary if report.check == "sizes" else None
     return Shrunk(search.best, search.best_failure, worst, locus, shapes_of(original, names),
                   shapes_of(search.best, names), time.monotonic() - search.start, search.attempts,
-                  not search.expired, names)
+                  not search.expired, names, headline)
 
 
 class _OutOfTime(Exception):

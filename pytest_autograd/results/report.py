@@ -106,6 +106,8 @@ def shrunk_lines(shrunk):
     lines = [f"shrunk: reproduces at {shapes_text(now) or 'the same sizes, simpler values'}"
              + (f" instead of {shapes_text(before)}" if before else "")
              + (f" ({shrunk['note']})" if shrunk.get("note") else "")]
+    if shrunk.get("headline"):
+        lines.append(f"  there: {shrunk['headline']}")
     if shrunk.get("values"):
         lines.append(f"  values there: {shrunk['values']}")
     if shrunk.get("worst"):
