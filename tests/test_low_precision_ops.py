@@ -178,3 +178,20 @@ def test_the_correct_bfloat16_only_kernel_passes_every_default_check(pytester, r
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes["passed"] >= 10
+
+
+def test_a_kernel_computing_in_float32_for_float64_inputs_fails_gradcheck_saying_to_declare_float32():
+    # Checked alone in float64 its finite differences measure float32 rounding ("expected 0 (numerical)"): the
+    # hint must name that, and the way to have it judged in float32, not send the user after a wrong formula.
+    import torch
+
+    from pytest_autograd import run_checks
+    from reference_ops.fused import FusedRMSNorm
+
+    x, weight = torch.randn(4, 8), torch.randn(8)
+    outcome, = run_checks(FusedRMSNorm, x, weight, checks=["gradcheck"])
+    assert outcome.status == "failed"
+    assert "hint: the op computes in float32 for float64 inputs (its float64 outputs are all exactly float32 " \
+           "numbers), so float64 finite differences measure float32 rounding" in outcome.detail
+    declared, = run_checks(FusedRMSNorm, x, weight, checks=["gradcheck"], dtypes=(torch.float32,))
+    assert declared.status == "passed", declared.detail

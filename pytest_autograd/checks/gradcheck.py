@@ -78,7 +78,8 @@ class GradCheck(Check):
                     error=error.error_line(), details=derivative_details(error),
                     evidence=error.evidence + [e for other in error.others for e in other.evidence],
                     hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error) else
-                          derivative_hint(error, has_backward=context.case.is_function)),
+                          _float32_hint(context, sample)
+                          or derivative_hint(error, has_backward=context.case.is_function)),
                     locus=derivative_locus(error, context, prepared, order=1),
                     also=[{"argument": other.argument, "output": other.output, "worst": other.worst(),
                            "locus": derivative_locus(other, context, prepared, order=1)} for other in error.others],
@@ -86,3 +87,19 @@ class GradCheck(Check):
 
 
 check = GradCheck()
+
+
+def _float32_hint(context, sample):
+    """The hint for an op that computes in float32 whatever it is given (``x.float()`` ... ``.to(x.dtype)``):
+    its float64 finite differences see float32 rounding, not its derivative. None for any other op."""
+    from pytest_autograd.checks._edges import differentiated_slots
+    from pytest_autograd.engine.model_probes import float32_compute_reason
+
+    reason = float32_compute_reason(context.case.op, sample, set(differentiated_slots(context.case, sample)))
+    if reason is None or "backward" in reason:
+        return None
+    return (f"the op computes in float32 for float64 inputs ({reason.split(': ')[0]}), so float64 finite "
+            "differences measure float32 rounding, not its derivative: if float32 is what the kernel supports, "
+            "declare it on the marker, dtypes=(torch.float32,), and it is judged in float32 (the grad_metadata "
+            "check reports the silent float32 computation otherwise)")
+
