@@ -135,3 +135,16 @@ def test_a_16_bit_dtype_refused_by_torch_or_by_a_triton_kernel_compile_is_recogn
     assert unsupported_dtype(raised(chained))
     assert not unsupported_dtype(raised(ValueError("Expected dtype ['fp32'] but got fp64")))
     assert not unsupported_dtype(raised(RuntimeError("shape mismatch")))
+
+
+def test_a_wrong_formula_in_a_bfloat16_kernel_is_not_blamed_on_a_bfloat16_reduction():
+    import torch
+
+    from pytest_autograd import run_checks
+    from reference_ops.low_precision import SwishBfloat16OnlyDroppedTerm, swish_reference
+
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    outcome, = run_checks(SwishBfloat16OnlyDroppedTerm, x, reference=swish_reference, checks=["precision"])
+    assert outcome.status == "failed"
+    assert "is far beyond rounding in bfloat16 on the sample itself: a wrong formula is more likely" in outcome.detail
+    assert "a reduction accumulated in bfloat16" not in outcome.detail

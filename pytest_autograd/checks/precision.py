@@ -55,6 +55,7 @@ TOLERANCES = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, to
 # one ulp, covers a reference that happens to be exact where the op rounds its result once or twice.
 LOW_PRECISION_K = 3.0
 LOW_PRECISION_FLOOR_ULPS = 1
+FORMULA_ERROR = 0.1  # a normwise error this large on the sample itself (not a long reduction) is not rounding
 
 
 class Precision(Check):
@@ -270,8 +271,13 @@ def _report(context, dtype, budget, violations, op_truth, ref_truth, variant=Non
                                f"{worst.pair.label}): a maths error, which the reference check reports; precision "
                                "is judged only once the maths agree")
     evidence = [Evidence.of(worst.pair.label, worst.pair.expected, worst.pair.got)]
-    hint = _same_dtype_hint(dtype, worst.pair) if budget.same_dtype and ref_error is not None \
-        else _hint(dtype, error.value)
+    if variant is None and error.value > FORMULA_ERROR:
+        hint = (f"an error of {fmt(error.value)} is far beyond rounding in {name} on the sample itself: a wrong "
+                "formula is more likely than lost precision (the reference and derivative checks judge the formula)")
+    elif budget.same_dtype and ref_error is not None:
+        hint = _same_dtype_hint(dtype, worst.pair)
+    else:
+        hint = _hint(dtype, error.value)
     context.fail(summary, dtype=name, worst=error.worst(worst.pair.label), error=line, details=details,
                  hint=hint, evidence=evidence, locus=locus, **worst.pair.fields)
 
