@@ -140,3 +140,26 @@ def test_the_not_linear_in_grad_output_hint_needs_the_jacobian_to_match():
     assert hint in report_of(ReLUPositiveGradOnly, relu)
     absolute_doubled = scaled_backward("AbsDoubled", lambda x: 2 * torch.ones_like(x))
     assert hint not in report_of(absolute_doubled, relu)  # wrong on the Jacobian already: a factor, not a sign rule
+
+
+def test_a_constant_factor_that_has_no_name_is_given_as_a_number():
+    # 1.5x (a scale applied twice) once got no hint at all: only the named factors (twice, half, ...) were tried.
+    import torch
+
+    from pytest_autograd import run_checks
+
+    class TanhScaledTwice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.tanh(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * (1 - torch.tanh(x) ** 2) * 1.5
+
+    for shape in [(3, 4), (200, 300)]:  # the full Jacobian, and probes
+        outcome, = run_checks(TanhScaledTwice, torch.randn(*shape), checks=["gradcheck"])
+        assert "hint: the analytical gradient is 1.5x the numerical one at every element of `x`: a constant factor " \
+               "is off" in outcome.detail, outcome.detail

@@ -8,10 +8,12 @@ Jacobian (full-Jacobian strategy), or the element and a probe over the whole
 argument (probing strategy, see ``_probing``).
 """
 
+import math
 from dataclasses import dataclass
 
 FACTORS = {-1.0: "minus", 2.0: "twice", 0.5: "half", 3.0: "three times", 1 / 3: "a third of"}
 FACTOR_RTOL = 1e-3  # how close got / expected must be to a factor, relatively
+MIN_FACTOR_GAP = 0.01  # a fitted factor this close to 1 is a rounding difference, not a factor
 SINGLE_MIN_ELEMENTS = 4  # "only one element is wrong" needs enough elements for the others to say something
 
 
@@ -26,14 +28,21 @@ class Pattern:
 
 
 def factor_of(expected, got, atol):
-    """The factor in FACTORS with ``got ~ factor * expected`` at every element (tensors), or None."""
+    """The factor with ``got ~ factor * expected`` at every element (tensors), or None: a named one of FACTORS
+    when it is one of them, else the least-squares factor (a scale applied twice, a wrong ``1 / n``)."""
     if expected.numel() == 0 or not bool((expected.abs() > atol).any()):
         return None
     for factor in FACTORS:
-        close = (got - factor * expected).abs() <= atol + FACTOR_RTOL * abs(factor) * expected.abs()
-        if bool(close.all()):
+        if _scales(expected, got, factor, atol):
             return factor
-    return None
+    fitted = float((got * expected).sum() / (expected * expected).sum())
+    if not math.isfinite(fitted) or abs(fitted - 1.0) < MIN_FACTOR_GAP or fitted == 0.0:
+        return None
+    return float(f"{fitted:.3g}") if _scales(expected, got, fitted, atol) else None
+
+
+def _scales(expected, got, factor, atol):
+    return bool(((got - factor * expected).abs() <= atol + FACTOR_RTOL * abs(factor) * expected.abs()).all())
 
 
 def jacobian_pattern(numerical, analytical, atol, rtol, excluded, element_label):
