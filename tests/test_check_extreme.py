@@ -227,3 +227,16 @@ def test_a_solver_that_never_returns_at_a_huge_magnitude_is_stopped_and_noted(py
         "extreme: stopped after 2 s (the op is far slower there than at smaller magnitudes, e.g. a solver that "
         "does not converge) at max |x| = *",
     ])
+
+
+def test_an_op_that_raises_on_its_sample_as_given_is_not_blamed_on_a_magnitude():
+    import torch
+
+    from pytest_autograd import run_checks
+    from reference_ops.low_precision import SwishBfloat16Only, swish_reference
+
+    outcome, = run_checks(SwishBfloat16Only, torch.randn(4, 8), reference=swish_reference, checks=["extreme"])
+    assert outcome.status == "failed"
+    assert outcome.detail.startswith("the op's forward raised RuntimeError on the sample as given, in float32, at "
+                                     "every magnitude: swish_kernel: only bfloat16 is supported")
+    assert "scaled to max |x|" not in outcome.detail

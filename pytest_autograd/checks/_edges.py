@@ -71,6 +71,13 @@ class Judge:
         self.unscaled_runs = False
         self.cotangent_size = None
 
+    def _raises_unscaled(self):
+        try:
+            forward_and_backward(self.context, cast_sample(self.sample, self.dtype), self.dtype, self.cotangents)
+        except OpRaised:
+            return True
+        return False
+
     def at(self, where, magnitude, values=True):
         """None when the op is right at ``magnitude``; an Outside when it cannot be judged there; else fail.
 
@@ -87,6 +94,9 @@ class Judge:
             outside = self._truth_or_outside(scaled)
             if isinstance(outside, Outside):
                 return Outside(f"{outside.reason}, and the op raises too")
+            if self._raises_unscaled():  # not the magnitude's doing: say so, as every other check does
+                self.context.fail_raised(raised, situation=f"on the sample as given, in {dtype_label(self.dtype)}, "
+                                         "at every magnitude")
             self.context.fail_raised(raised, situation=f"for inputs scaled to max |x| = {fmt(magnitude)}, where "
                                      f"{self.truth_label} runs", details=[self._scaled_line()])
         self.cotangents = self.cotangents or drawn  # drawn at the first magnitude, the same for all
