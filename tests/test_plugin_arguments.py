@@ -97,3 +97,16 @@ def test_tensors_inside_a_list_argument_are_refused_with_a_wrapper_suggestion(py
         "*sample 0 argument 0 is a list of tensors; only top-level tensor arguments are differentiated.*"
         "op=lambda a, b: torch.cat([[]a, b[]])*",
     ])
+
+
+def test_a_function_given_as_its_apply_has_its_arguments_named_by_its_forward():
+    import torch
+
+    from pytest_autograd import run_checks
+    from pytest_autograd.engine.case import argument_names
+    from reference_ops import LinearFunction
+
+    assert argument_names(LinearFunction.apply) == ["input", "weight", "bias"]
+    outcome, = run_checks(LinearFunction.apply, torch.randn(3, 4), torch.randn(2, 4), torch.randn(2),
+                          checks=["gradcheck"], constants=("bias",))
+    assert outcome.status == "passed", outcome.detail

@@ -137,6 +137,9 @@ def argument_names(op):
         return [argument.name for argument in schema.arguments if not getattr(argument, "kwarg_only", False)]
     target = op
     drop_ctx = False
+    owner = getattr(op, "__self__", None)  # ``MyFunction.apply``, bound to its class: named by its forward
+    if getattr(op, "__name__", None) == "apply" and is_autograd_function(owner):
+        op = owner
     if is_autograd_function(op):
         from torch.autograd import Function
 
