@@ -240,7 +240,7 @@ def test_scale():
     assert "# `op` is a lambda (defined at " in text and "paste its definition here" in text
     assert "#     @pytest.mark.autograd_op(op=lambda x: x * 2, reference=lambda x: x * 3" in text
     done = run_script(script, pytester.path)
-    assert done.returncode != 0 and "paste the definition of `op`" in done.stderr
+    assert done.returncode == 2 and "paste the definition of `op`" in done.stderr
 
 
 def test_the_json_record_carries_the_shrunk_shapes_and_the_script(pytester, run_pytest):

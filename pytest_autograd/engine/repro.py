@@ -156,7 +156,8 @@ def _paste_note(name, fn):
         lines.append("# Its source:")
         lines += [f"#     {line}" for line in source]
     lines += [f"{name} = None", f"if {name} is None:",
-              f"    sys.exit('paste the definition of `{name}` into ' + __file__ + ' (see the note above)')"]
+              f"    print('paste the definition of `{name}` into ' + __file__ + ' (see the note above)', file=sys.stderr)",
+              "    sys.exit(2)  # not 1: that status means the bug is still there"]
     return lines
 
 
