@@ -35,6 +35,8 @@ def factor_of(expected, got, atol):
     for factor in FACTORS:
         if _scales(expected, got, factor, atol):
             return factor
+    if int((expected.abs() > atol).sum()) < SINGLE_MIN_ELEMENTS:
+        return None  # any ratio fits a few elements: only a named factor is worth saying there
     fitted = float((got * expected).sum() / (expected * expected).sum())
     if not math.isfinite(fitted) or abs(fitted - 1.0) < MIN_FACTOR_GAP or fitted == 0.0:
         return None
