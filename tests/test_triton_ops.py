@@ -67,7 +67,8 @@ def test_rms_norm():
     result = run_pytest(f"--autograd-devices={KERNEL_DEVICE}", "-rs")
     assert "failed" not in result.parseoutcomes(), result.stdout.str()
     if interpreter_on():  # fake-tensor tracing reaches into the interpreted kernel: noted and skipped, not failed
-        result.assert_outcomes(passed=1, skipped=1, warnings=2)
+        result.assert_outcomes(passed=1, skipped=1)  # torch's own FakeTensor warning shows once per process
+        assert result.stdout.str().count("AutogradNote: sample 0: test_") == 2, result.stdout.str()
         result.stdout.fnmatch_lines(["*test_faketensor not judged: TRITON_INTERPRET=1: Triton's interpreter runs "
                                      "kernels on real memory*",
                                      "SKIPPED [[]1[]] test_op.py:*: TRITON_INTERPRET=1: Triton's interpreter runs "
