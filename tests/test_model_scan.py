@@ -498,7 +498,7 @@ def test_usage_errors_of_the_marker_name_the_fix(pytester, run_pytest):
     ])
 
 
-def test_marker_mistakes_are_collection_errors_that_name_the_fix(pytester, run_pytest):
+def test_marker_mistakes_fail_their_test_naming_the_fix(pytester, run_pytest):
     pytester.makepyfile(test_both="""
         import pytest, torch
         from reference_ops.functions import MyReLU
@@ -520,8 +520,8 @@ def test_marker_mistakes_are_collection_errors_that_name_the_fix(pytester, run_p
         def test_model_wide_reference():
             pass
     """)
-    result = run_pytest("--continue-on-collection-errors")
-    result.assert_outcomes(errors=3)
+    result = run_pytest()
+    result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines_random([
         "*carries @pytest.mark.autograd_op (one op, the body returns its samples) or @pytest.mark.autograd_model "
         "(a model, *), not both*",

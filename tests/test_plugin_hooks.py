@@ -271,10 +271,11 @@ def test_a_check_from_a_sub_directory_conftest_can_be_selected_from_the_rootdir(
     from_inside.assert_outcomes(passed=1)
 
 
-def test_a_check_named_outside_the_directory_of_its_conftest_is_a_collection_error_naming_it(pytester, run_pytest):
+def test_a_check_named_outside_the_directory_of_its_conftest_fails_that_test_naming_it(pytester, run_pytest):
     three_directories(pytester, extra_in_c=', checks=["finite"]')
     result = run_pytest()
-    result.assert_outcomes(passed=0, errors=1)
+    assert result.parseoutcomes()["failed"] == 1  # that test only: the other directories' tests run
+    assert result.parseoutcomes()["passed"] > 0
     result.stdout.fnmatch_lines(["*sub_c/test_sub_c.py::test_exp: checks= names check 'finite', which "
                                  "*sub_b/conftest.py registers for the tests in its directory only*"])
 

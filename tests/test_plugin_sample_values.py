@@ -75,7 +75,7 @@ def test_square():
     return [(torch.randn(3),)]
 """)
     result = run_pytest("--autograd-checks=gradcheck")
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_square: ?tol=* would make every comparison pass*"])
     assert_no_traceback(result)
 

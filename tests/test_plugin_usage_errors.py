@@ -74,7 +74,7 @@ def test_non_integer_seed_is_a_usage_error(pytester, run_pytest):
         "ERROR: --autograd-seed: 'abc' is not an integer; pass e.g. --autograd-seed=1234 or 'random'"])
 
 
-# --- the marker: collection errors -----------------------------------------------------------------
+# --- the marker: mistakes fail their test -----------------------------------------------------------------
 
 
 def marker_test(marker_args, body="return [(torch.randn(3, 4), torch.randn(2, 4), None)]"):
@@ -85,7 +85,7 @@ def test_op():
 """
 
 
-def test_marker_mistakes_are_collection_errors_naming_the_fix(pytester, run_pytest):
+def test_marker_mistakes_fail_their_test_naming_the_fix_and_the_session_goes_on(pytester, run_pytest):
     pytester.makepyfile(
         test_unknown_check=marker_test('op=LinearFunction, checks=["gradcheck", "gradchek"]'),
         test_unknown_skip=marker_test('op=LinearFunction, skip="paritty"'),
@@ -98,8 +98,8 @@ def test_marker_mistakes_are_collection_errors_naming_the_fix(pytester, run_pyte
         test_negative_atol=marker_test("op=LinearFunction, atol=-1"),
     )
     result = run_pytest("--autograd-checks=gradcheck")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.assert_outcomes(errors=9)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=9)
     result.stdout.fnmatch_lines_random([
         "*test_unknown_check.py::test_op: checks= names unknown check(s) 'gradchek' (did you mean gradcheck?); "
         "known checks are: gradcheck, gradgradcheck, parity, reference*",
@@ -396,3 +396,28 @@ def test_a_body_without_samples_is_reported_once_and_its_other_items_fail_pointi
     assert text.count("the test body returned None") == 3
     result.stdout.fnmatch_lines(["*the test body returned None*(same cause as *test_exp[[]gradcheck-cpu[]]: "
                                  "see its full report)"])
+
+
+def test_a_marker_mistake_fails_only_its_own_test_and_the_session_runs_the_rest(pytester, run_pytest):
+    # It was a collection error: pytest stopped the whole session ("Interrupted: 1 error during collection"), so
+    # one typo in one test left every other test of a suite unrun.
+    pytester.makepyfile(test_ops=HEADER + """
+@pytest.mark.autograd_op(op=LinearFunction, referenec=torch.nn.functional.linear)
+def test_typo():
+    raise AssertionError("the body of a misused test must never run: returning samples, it would pass")
+
+
+@pytest.mark.autograd_op(op=LinearFunction, reference=torch.nn.functional.linear)
+def test_fine():
+    return [(torch.randn(3, 4), torch.randn(2, 4), torch.randn(2))]
+
+
+def test_plain():
+    pass
+""")
+    result = run_pytest("--autograd-checks=gradcheck,reference")
+    result.assert_outcomes(failed=1, passed=3)
+    result.stdout.fnmatch_lines(["*test_typo[[]usage-error[]]*",
+                                 "test_ops.py::test_typo: unknown @pytest.mark.autograd_op argument(s) referenec "
+                                 "(did you mean reference?)*"])
+    assert "the body of a misused test must never run" not in result.stdout.str()

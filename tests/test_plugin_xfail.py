@@ -58,7 +58,7 @@ def test_xfail_accepts_a_check_name_with_a_generic_reason(pytester, run_pytest):
 def test_a_misspelled_check_in_xfail_gets_a_suggestion(pytester, run_pytest):
     cube_test(pytester, ', xfail={"gradgradchek": "known"}')
     result = run_pytest()
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_cube: xfail= names unknown check(s) 'gradgradchek' "
                                  "(did you mean gradgradcheck?); known checks are: *"])
 
@@ -66,5 +66,5 @@ def test_a_misspelled_check_in_xfail_gets_a_suggestion(pytester, run_pytest):
 def test_an_xfail_reason_that_is_not_text_is_refused(pytester, run_pytest):
     cube_test(pytester, ', xfail={"gradgradcheck": True}')
     result = run_pytest()
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*xfail= reason for 'gradgradcheck' must be a string*"])

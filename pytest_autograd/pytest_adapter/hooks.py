@@ -28,8 +28,10 @@ from pytest_autograd.pytest_adapter.keys import (
     SETTINGS,
     TALLY,
     ItemSpec,
+    MisusedMarker,
     ModelItemSpec,
     item_spec,
+    misused_marker,
 )
 from pytest_autograd.pytest_adapter.marker import (
     positional_op_message,
@@ -190,7 +192,9 @@ def pytest_generate_tests(metafunc):
             reasons = xfail.xfail_reasons(mark.kwargs.get(xfail.OPTION), known_checks, where)
             devices = _marker_devices(mark, settings, where)
         except (UsageProblem, pytest.UsageError) as problem:
-            raise pytest.Collector.CollectError(str(problem)) from None
+            metafunc.fixturenames.append(ITEM_ARG)
+            metafunc.parametrize(ITEM_ARG, [pytest.param(MisusedMarker(str(problem)), id="usage-error")])
+            return
         for name, explicit in selected:
             for device in devices:
                 spec = (ModelItemSpec if model_marks else ItemSpec)(name, device, explicit, index)
@@ -282,6 +286,9 @@ def _selected_checks(settings, registry, mark, known_checks):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
+    misuse = misused_marker(pyfuncitem)
+    if misuse is not None:  # the test body is never run: it would pass, returning its samples
+        pytest.fail(misuse.problem, pytrace=False)
     spec = item_spec(pyfuncitem)
     if spec is None:
         return None

@@ -31,6 +31,24 @@ class ModelItemSpec(ItemSpec):
     """An item of an ``autograd_model`` test: one check on every custom op the model runs, on one device."""
 
 
+@dataclass(frozen=True)
+class MisusedMarker:
+    """The one item of a test whose marker is misused: it fails with ``problem``, and the session's other tests
+    run (a collection error would stop every test of the session)."""
+
+    problem: str
+
+    def __str__(self):
+        return "usage-error"
+
+
+def misused_marker(item):
+    """The MisusedMarker of an item generated for a misused marker; None for every other test."""
+    callspec = getattr(item, "callspec", None)
+    value = None if callspec is None else callspec.params.get(ITEM_ARG)
+    return value if isinstance(value, MisusedMarker) else None
+
+
 def item_spec(item):
     """The ItemSpec of a generated item; None for other tests.
 
