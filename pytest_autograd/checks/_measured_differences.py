@@ -108,7 +108,11 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
                      leaf_scale, center):
     """None when the probe agrees, the probe's label (a str) at a kink, else a DerivativeError."""
     errors, predicted_values, floors, one_sided, factors = [], [], [], [], []
-    random_walk_floors = []  # the same roundings, summed as the random walk they are (for the extrapolation)
+    # One element moved: a kink inside the steps is a jump that does not shrink (see _at_kink), so its errors may
+    # be extrapolated. A random direction crosses more kinks the larger the step, an error linear in it that
+    # extrapolation would keep.
+    extrapolate = "random" not in label
+    per_step = []  # (rounding noise summed as a random walk, stuck outputs' terms, width), for the extrapolation
     for factor in STEP_FACTORS:
         step = base * factor
         plus, minus = (x + step * direction).to(dtype), (x - step * direction).to(dtype)
@@ -135,8 +139,9 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
         stuck_terms = [c.abs() * v.abs() * (p == m) for p, m, c, v in zip(out_plus, out_minus, center, cotangents64)]
         analytical_terms = [grad.abs() * delta.abs()]
         floors.append(eps * (NOISE_ULPS * (_l1(moved_terms) + _l1(analytical_terms)) + _l1(stuck_terms)) / width)
-        random_walk_floors.append((eps * (_random_walk(moved_terms, NOISE_ULPS)
-                                          + _random_walk(analytical_terms, NOISE_ULPS)) / width, stuck_terms, width))
+        if extrapolate:
+            per_step.append((eps * (_random_walk(moved_terms, NOISE_ULPS) + _random_walk(analytical_terms, NOISE_ULPS))
+                             / width, stuck_terms, width))
     if len(errors) < 2 or not all(math.isfinite(e) for e in errors):
         if errors and not all(math.isfinite(e) for e in errors):
             return DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf, 0.0,
@@ -150,10 +155,7 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
     tolerance = (SPREAD_FACTOR * spread + max(floors)
                  + eps ** (2 / 3) * (RELATIVE_FLOOR_ULPS * scale + LEAF_FLOOR_ULPS * reach))
     best = min(range(len(errors)), key=lambda i: abs(errors[i]))
-    # One element moved: a kink inside the steps is a jump that does not shrink (see _at_kink). A random
-    # direction crosses more kinks the larger the step, an error linear in it that extrapolation would keep.
-    extrapolated = None if "random" in label else _extrapolated_error(errors, factors,
-                                                                      _noise(random_walk_floors, eps))
+    extrapolated = _extrapolated_error(errors, factors, _noise(per_step, eps)) if extrapolate else None
     if abs(errors[best]) <= tolerance and extrapolated is None:
         return None
     if abs(errors[best]) > tolerance:
@@ -163,7 +165,7 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
         error, allowed = extrapolated
         why = (f"the errors {', '.join(fmt(e) for e in errors)} converge to {fmt(error)} as the step shrinks "
                "(Richardson extrapolation removes the steps' own truncation error)")
-    if _at_kink(one_sided, allowed, one_element="random" not in label):  # a jump the steps straddle: not smooth
+    if _at_kink(one_sided, allowed, one_element=extrapolate):  # a jump the steps straddle: not smooth
         return f"grad {name}{label}"
     steps = ", ".join(fmt(base * f) for f in factors)
     got = predicted_values[-1]

@@ -38,9 +38,19 @@ def factor_of(expected, got, atol):
     if int((expected.abs() > atol).sum()) < SINGLE_MIN_ELEMENTS:
         return None  # any ratio fits a few elements: only a named factor is worth saying there
     fitted = float((got * expected).sum() / (expected * expected).sum())
-    if not math.isfinite(fitted) or abs(fitted - 1.0) < MIN_FACTOR_GAP or fitted == 0.0:
+    if not worth_naming(fitted):
         return None
-    return float(f"{fitted:.3g}") if _scales(expected, got, fitted, atol) else None
+    return as_said(fitted) if _scales(expected, got, fitted, atol) else None
+
+
+def worth_naming(factor):
+    """A factor a hint may name: finite, not 0 (no gradient, a hint of its own), not a rounding away from 1."""
+    return math.isfinite(factor) and factor != 0.0 and abs(factor - 1.0) >= MIN_FACTOR_GAP
+
+
+def as_said(factor):
+    """A factor as the hint says it: a named one of FACTORS as is, any other to three significant digits."""
+    return factor if factor in FACTORS else float(f"{factor:.3g}")
 
 
 def _scales(expected, got, factor, atol):

@@ -22,7 +22,14 @@ import torch
 
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
-from pytest_autograd.checks._patterns import FACTOR_RTOL, FACTORS, MIN_FACTOR_GAP, SINGLE_MIN_ELEMENTS, Pattern
+from pytest_autograd.checks._patterns import (
+    FACTOR_RTOL,
+    FACTORS,
+    SINGLE_MIN_ELEMENTS,
+    Pattern,
+    as_said,
+    worth_naming,
+)
 from pytest_autograd.engine.draws import uniform
 from pytest_autograd.results.compare import fmt_index
 
@@ -115,13 +122,13 @@ def _pattern(prober, direction, j, found):
     tolerance = prober.atol + NOISE_FACTOR * probe.noise
     if abs(probe.central) > tolerance and found.expected != 0:
         fitted = found.got / found.expected  # a factor other than the named ones: the located element's ratio
-        candidates = list(FACTORS) + ([fitted] if abs(fitted - 1.0) >= MIN_FACTOR_GAP and fitted != 0.0 else [])
+        candidates = list(FACTORS) + ([fitted] if worth_naming(fitted) else [])
         for factor in candidates:
             at_element = abs(found.got - factor * found.expected) <= found.tolerance + \
                 FACTOR_RTOL * abs(factor * found.expected)
             along = abs(probe.analytical - factor * probe.central) <= tolerance + FACTOR_RTOL * abs(factor * probe.central)
             if at_element and along:
-                return Pattern("factor", factor=factor if factor in FACTORS else float(f"{factor:.3g}"))
+                return Pattern("factor", factor=as_said(factor))
     if high - low >= SINGLE_MIN_ELEMENTS:
         restricted[found.locus["flat"]] = 0.0
         rest = prober.probe(restricted)

@@ -316,10 +316,10 @@ def _report(context, run, task, verdict):
     place = axis.where(verdict.argument)
     dim = f"dim {place.dim}" if place.name == verdict.argument else f"dim {place.dim} of `{place.name}`"
     when = f"when {dim} (size {axis.size} in your sample) is {task.size}"
-    if observed.get(axis.size) is False and axis.cuts and run.sample_verdict(task.index).status == RIGHT:
-        _report_cuts(context, run, task)
     wrong_at_sample = observed.get(axis.size) is False
-    coarse = context.case.reference is None and run.judges[task.index].dtype != torch.float64
+    if wrong_at_sample and axis.cuts and run.sample_verdict(task.index).status == RIGHT:
+        _report_cuts(context, run, task)
+    coarse = context.case.reference is None and context.dtype != torch.float64
     if wrong_at_sample and not coarse:  # one report per root cause, as precision does for a maths error
         skip(f"the op is wrong at your sample's own sizes too ({verdict.what}, and {when}): gradcheck and "
              "reference report it there; sizes judges what depends on the size once the sample is right")
@@ -327,12 +327,12 @@ def _report(context, run, task, verdict):
     if wrong_at_sample:  # without a float64 judge gradcheck's probes may miss what these variants saw: say it here
         when = f"at your sample's own sizes too, and {when}"
     if coarse:
-        details.append(f"judged coarsely (central differences in {dtype_label(run.judges[task.index].dtype)}, no "
+        details.append(f"judged coarsely (central differences in {dtype_label(context.dtype)}, no "
                        "reference=): a size judged right may be wrong too, and gradcheck, judging the same way, may "
                        "miss it; reference= (any float64 formula) gives a float64 judge")
     if axis.cuts:
-        details.append(f"judged with the other sizes cut to keep the variant small ({describe_cuts(axis)}); right "
-                       f"there at size {axis.size}")
+        details.append(f"judged with the other sizes cut to keep the variant small ({describe_cuts(axis)})"
+                       + ("" if wrong_at_sample else f"; right there at size {axis.size}"))
     if len(axis.places) > 1:
         details.append(f"changed together: {axis.together()}")
     if verdict.strategy:

@@ -44,9 +44,14 @@ class MisusedMarker:
 
 def misused_marker(item):
     """The MisusedMarker of an item generated for a misused marker; None for every other test."""
-    callspec = getattr(item, "callspec", None)
-    value = None if callspec is None else callspec.params.get(ITEM_ARG)
+    value = _generated(item)
     return value if isinstance(value, MisusedMarker) else None
+
+
+def _generated(item):
+    """What the plugin's parametrization gave ``item`` (None for a test it did not generate)."""
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get(ITEM_ARG)
 
 
 def item_spec(item):
@@ -56,6 +61,5 @@ def item_spec(item):
     parametrization is empty and pytest fills the slot with a NOTSET
     placeholder (the item is then skipped as an empty parameter set).
     """
-    callspec = getattr(item, "callspec", None)
-    spec = None if callspec is None else callspec.params.get(ITEM_ARG)
+    spec = _generated(item)
     return spec if isinstance(spec, ItemSpec) else None

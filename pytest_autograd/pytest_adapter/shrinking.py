@@ -6,6 +6,7 @@ import pytest
 
 from pytest_autograd.engine.case import DEFAULT_SHRINK_SECONDS
 from pytest_autograd.pytest_adapter import settings
+from pytest_autograd.pytest_adapter.timeout import parse_seconds
 
 SHRINK = "autograd_shrink"
 REPRO = "autograd_repro"
@@ -30,14 +31,8 @@ def configure(config):
     value, source = config.getoption(SHRINK, None), "--autograd-shrink"
     if value is None:
         value, source = settings._getini(config, SHRINK), f"ini {SHRINK}"
-    try:
-        seconds = float(str(value).strip())
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
-        raise pytest.UsageError(f"{source}: {value!r} is not a number of seconds; pass e.g. --autograd-shrink=10 "
-                                "(or autograd_shrink = 10 in the ini file), or 0 to report failing samples unshrunk")
-    config.stash[SHRINK_SECONDS] = seconds or None
+    config.stash[SHRINK_SECONDS] = parse_seconds(value, source, fix="e.g. --autograd-shrink=10 (or autograd_shrink "
+                                                 "= 10 in the ini file), or 0 to report failing samples unshrunk")
     directory = config.getoption(REPRO, None) or str(config.getini(REPRO) or "").strip()
     config.stash[REPRO_DIR] = str(Path(config.invocation_params.dir, directory)) if directory else None
 

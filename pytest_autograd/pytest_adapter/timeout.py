@@ -17,15 +17,17 @@ def add_option(parser):
     settings.add_number_ini(parser, OPTION, HELP, DEFAULT_SECONDS, float)
 
 
-def parse_seconds(text, source="--autograd-timeout"):
-    """Seconds from an option's text; None when 0 (disabled)."""
+FIX = "e.g. --autograd-timeout=120 (or autograd_timeout = 120 in the ini file), or 0 to run items without a time limit"
+
+
+def parse_seconds(text, source="--autograd-timeout", fix=FIX):
+    """Seconds from an option's text; None when 0 (disabled). ``fix``: what to pass instead, for the error."""
     try:
         seconds = float(str(text).strip())
     except ValueError:
         seconds = -1.0
     if not seconds >= 0 or seconds == float("inf"):
-        raise pytest.UsageError(f"{source}: {text!r} is not a number of seconds; pass e.g. --autograd-timeout=120 "
-                                "(or autograd_timeout = 120 in the ini file), or 0 to run items without a time limit")
+        raise pytest.UsageError(f"{source}: {text!r} is not a number of seconds; pass {fix}")
     return seconds or None
 
 
