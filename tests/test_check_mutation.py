@@ -347,3 +347,24 @@ def test_run_checks_takes_mutates_like_the_marker_whichever_checks_run():
     samples = [Sample(*sample) for sample in swiglu_samples()]
     outcome, = run_checks(SwiGLUSavesMemory, samples=samples, checks=["noncontiguous"], mutates=("a", "b"))
     assert outcome.status == "passed", outcome.detail
+
+
+def test_a_backward_writing_its_saved_inputs_through_raw_memory_is_judged_on_its_gradients():
+    # A kernel's writes move no version counter: a second backward on the same graph ran on the first one's
+    # gradients, and gradcheck reported a wrong gradient ("not linear in grad_output") of a correct kernel.
+    import torch
+
+    from pytest_autograd import Sample, run_checks
+    from reference_ops.memory_saving import SwiGLUSavesMemoryKernelStyle, swiglu_reference, swiglu_samples
+
+    samples = [Sample(*sample) for sample in swiglu_samples()]
+    declared = run_checks(SwiGLUSavesMemoryKernelStyle, samples=samples, reference=swiglu_reference,
+                          mutates=("a", "b"), double_backward=False)
+    assert [(o.check, o.detail) for o in declared if o.status == "failed"] == []
+    low = run_checks(SwiGLUSavesMemoryKernelStyle, samples=samples, checks=["gradcheck", "sizes"],
+                     mutates=("a", "b"), dtypes=(torch.float32,))
+    assert [(o.check, o.detail) for o in low if o.status == "failed"] == []
+    undeclared = {o.check: o for o in run_checks(SwiGLUSavesMemoryKernelStyle, samples=samples,
+                                                 reference=swiglu_reference, double_backward=False)}
+    assert sorted(c for c, o in undeclared.items() if o.status == "failed") == ["mutation"]
+    assert undeclared["mutation"].detail.startswith("backward modified the op's input `a` in place")

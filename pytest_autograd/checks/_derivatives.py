@@ -61,7 +61,9 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     notes = KinkNotes() if notes is None else notes
     evaluator = Evaluator(fn, leaves, diff, numerical_needs_grad)
     cotangents = random_cotangents(outputs, generator)
-    analytical = grads_of(outputs, leaves, cotangents, retain_graph=True)
+    # Copies: a memory-saving backward returns the very buffers forward saved, which its next run overwrites.
+    analytical = [g.clone() for g in grads_of(outputs, leaves, cotangents, retain_graph=True)]
+    negated = _negated_grads(outputs, leaves, cotangents, analytical, evaluator, atol, rtol)
     n_in = sum(leaf.numel() for leaf in leaves)
     n_out = sum(out.numel() for out in outputs)
     probe_kinks = notes.probe_kinks
@@ -71,10 +73,9 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     else:
         found = probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes)
         if found is not None:  # probes judge one cotangent: say when backward is not even linear in it
-            nonlinear = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
-            mark_nonlinear(found, nonlinear)
+            mark_nonlinear(found, _odd_in_grad_output(leaves, names, cotangents, analytical, negated, atol, rtol))
     if found is None:
-        found = _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator)
+        found = _odd_in_grad_output(leaves, names, cotangents, analytical, negated, atol, rtol)
     # A failure, or random probes let through at kinks, where ties may explain them: judged where none flips.
     crossed = found is None and notes.probe_kinks > probe_kinks
     if judge_ties and (crossed or (found is not None and not found.smooth)):
@@ -144,18 +145,41 @@ def _along_tie_groups(evaluator, outputs, cotangents, analytical, ties, generato
     )
 
 
-def _odd_in_grad_output(outputs, leaves, names, cotangents, analytical, atol, rtol, evaluator):
+def _negated_grads(outputs, leaves, cotangents, analytical, evaluator, atol, rtol):
+    """backward(-v), for the linearity test; taken first, because it also tells whether backward spoils its own
+    graph.
+
+    A kernel that writes the gradients into the buffers forward saved (a
+    memory-saving backward) bumps no version counter: torch's second
+    backward on that graph runs, on the first one's gradients. When
+    backward(-v) is not -backward(v) there but is on a graph of its own,
+    that is the cause, and every later backward gets a fresh graph.
+    """
+    flipped = [None if c is None else -c for c in cotangents]
+    negated = grads_again(outputs, leaves, flipped, evaluator)
+    if not evaluator.spent_by_backward and _opposite_mismatches(analytical, negated, atol, rtol):
+        fresh = evaluator.grads_on_a_fresh_graph(flipped)
+        if not _opposite_mismatches(analytical, fresh, atol, rtol):
+            evaluator.spent_by_backward = True
+            negated = fresh
+    return negated
+
+
+def _opposite_mismatches(analytical, negated, atol, rtol):
+    """Per leaf, the worst element where ``negated`` is not ``-analytical`` (None where it is)."""
+    found = [worst_of(-a.detach().reshape(-1)[:, None], n.detach().reshape(-1)[:, None], atol, rtol)
+             for a, n in zip(analytical, negated)]
+    return found if any(f is not None for f in found) else None
+
+
+def _odd_in_grad_output(leaves, names, cotangents, analytical, negated, atol, rtol):
     """backward(-v) must be -backward(v): catches every sign-dependent backward.
 
     One random cotangent misses ``grad_output.clamp(min=0)`` whenever the few
     elements that matter happen to be positive; v and -v together never do.
     """
-    negated = grads_again(outputs, leaves, [None if c is None else -c for c in cotangents], evaluator)
     found = []
-    for j, leaf in enumerate(leaves):
-        expected = -analytical[j].detach().reshape(-1)
-        got = negated[j].detach().reshape(-1)
-        candidate = worst_of(expected[:, None], got[:, None], atol, rtol)
+    for j, (leaf, candidate) in enumerate(zip(leaves, _opposite_mismatches(analytical, negated, atol, rtol) or [])):
         if candidate is None:
             continue
         (e, _), want, have, error, tolerance = candidate

@@ -135,8 +135,10 @@ def written_by_backward(case, prepared, differentiable):
     args, kwargs = prepared.call_args()
     arguments = tensor_arguments(case, args, kwargs)
     outputs = call_with(case, args, kwargs).outputs
-    versions = [tensor._version for _, _, tensor in arguments]
+    # Versions, and values: a kernel writing through the raw memory moves no version counter.
+    before = [(tensor._version, tensor.detach().clone()) for _, _, tensor in arguments]
     chosen = [outputs[i] for i in differentiable]
     grads_of(chosen, prepared.leaves, random_cotangents(chosen, generator))
-    return [(slot, name) for (slot, name, tensor), version in zip(arguments, versions) if tensor._version != version]
+    return [(slot, name) for (slot, name, tensor), (version, values) in zip(arguments, before)
+            if tensor._version != version or not torch.equal(tensor.detach(), values)]
 

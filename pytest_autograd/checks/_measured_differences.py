@@ -17,6 +17,7 @@ import torch
 
 from pytest_autograd.checks._numerical import DerivativeError, pick
 from pytest_autograd.engine.execution import (
+    OpRaised,
     differentiable_indices,
     grads_of,
     random_cotangents,
@@ -74,10 +75,13 @@ def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fa
         return None
     outputs = [outputs[k] for k in diff]
     cotangents = random_cotangents(outputs, generator)
-    analytical = [g.detach().to(torch.float64) for g in grads_of(outputs, leaves, cotangents, retain_graph=True)]
-    negated = grads_of(outputs, leaves, [-c for c in cotangents], retain_graph=True)
+    # Copies: a memory-saving backward returns the very buffers forward saved, which its next run overwrites.
+    analytical = [g.detach().to(torch.float64, copy=True)
+                  for g in grads_of(outputs, leaves, cotangents, retain_graph=True)]
     eps = torch.finfo(dtype).eps
-    worst = _sign_error(analytical, negated, names, eps)
+    worst = _sign_error(analytical, _negated_grads(fn, leaves, diff, outputs, cotangents), names, eps)
+    if worst is not None:  # or backward spoiled its own graph (it wrote into what forward saved): ask a fresh one
+        worst = _sign_error(analytical, _negated_grads(fn, leaves, diff, None, cotangents), names, eps)
     cotangents64 = [c.detach().to(torch.float64) for c in cotangents]
 
     def evaluate(moved):
@@ -102,6 +106,22 @@ def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fa
                 continue
             worst = pick(worst, found)
     return worst
+
+
+def _negated_grads(fn, leaves, diff, outputs, cotangents):
+    """backward(-v) through ``outputs``' graph, or (``outputs`` None, or that graph refusing a second run) through
+    a forward run anew on fresh copies of the leaves."""
+    flipped = [-c for c in cotangents]
+    if outputs is not None:
+        try:
+            return grads_of(outputs, leaves, flipped, retain_graph=True)
+        except OpRaised as raised:
+            if not (isinstance(raised.error, RuntimeError) and "modified by an inplace operation" in str(raised.error)):
+                raise
+    fresh = [leaf.detach().clone().requires_grad_(True) for leaf in leaves]
+    with torch.enable_grad():
+        again = fn(fresh)
+    return grads_of([again[k] for k in diff], fresh, flipped)
 
 
 def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents64, grad, name, label, eps,

@@ -69,6 +69,8 @@ class Evaluator:
         self.numel = self.offsets[-1]
         self.dtype = self.base[0].dtype if self.base else torch.float64
         self.device = self.base[0].device if self.base else torch.device("cpu")
+        # backward writes into what forward saved: every further backward needs a graph of its own (grads_again)
+        self.spent_by_backward = False
 
     def split(self, flat):
         """Per-leaf views of a flat vector over all leaves."""
@@ -104,15 +106,19 @@ class Evaluator:
 def grads_again(outputs, leaves, cotangents, evaluator):
     """Another backward through the graph of ``outputs``, or through a fresh one where that graph is spent.
 
-    A backward that writes into what forward saved (a memory-saving backward, declared with ``mutates=``)
-    cannot run twice on one graph: torch refuses the second run. The gradients then come from a forward run
-    anew, so a check judges the gradient, not the consequence of the earlier write.
+    A backward that writes into what forward saved (a memory-saving backward, declared with ``mutates=`` or
+    not) cannot run twice on one graph: torch refuses the second run, or, where a kernel wrote through a raw
+    pointer, the second run reads the first one's gradients. The gradients then come from a forward run anew,
+    so a check judges the gradient, not the consequence of the earlier write.
     """
+    if evaluator.spent_by_backward:
+        return evaluator.grads_on_a_fresh_graph(cotangents)
     try:
         return grads_of(outputs, leaves, cotangents, retain_graph=True)
     except OpRaised as raised:
         if not (isinstance(raised.error, RuntimeError) and "modified by an inplace operation" in str(raised.error)):
             raise
+        evaluator.spent_by_backward = True
         return evaluator.grads_on_a_fresh_graph(cotangents)
 
 
