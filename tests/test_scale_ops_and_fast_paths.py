@@ -82,3 +82,49 @@ def test_large_draws_are_float32_values_widened_and_small_ones_keep_their_float6
     values = uniform(large, torch.Generator().manual_seed(3))
     assert values.min().item() >= 0.0 and values.max().item() < 1.0
     assert normal_like(large, torch.Generator(), "cpu", torch.float32).dtype == torch.float32
+
+
+def _planted(case):
+    numerical = torch.randn(40, 25, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    analytical = numerical * (1 + 1e-9)
+    if case == "one_element_off":
+        analytical[3, 4] += 1e-2
+    elif case == "nan_in_analytical":
+        analytical[7, 1] = math.nan
+    elif case == "nan_in_numerical":
+        numerical[2, 2] = math.nan
+    elif case == "zero_tolerance":
+        numerical[0, 0], analytical[0, 0] = 0.0, 1e-300
+    return numerical, analytical
+
+
+@pytest.mark.parametrize("case", ["close", "one_element_off", "nan_in_analytical", "nan_in_numerical",
+                                  "zero_tolerance"])
+def test_the_derivative_comparison_names_the_same_element_with_or_without_its_shortcut(case):
+    from pytest_autograd.checks import _numerical
+
+    numerical, analytical = _planted(case)
+    atol = 0.0 if case == "zero_tolerance" else 1e-5
+    shortcut = _numerical.worst_of(numerical, analytical, atol, 1e-3)
+    full = _numerical.worst_of(numerical, analytical, atol, 1e-3, excluded=torch.zeros_like(numerical, dtype=bool))
+    assert (shortcut is None) is (full is None)
+    assert shortcut is None or shortcut[0] == full[0]
+    assert (shortcut is None) is (case in ("close", "nan_in_numerical"))  # a NaN difference quotient is not judged here
+
+
+@pytest.mark.parametrize("case", ["equal", "one_element_off", "nan_in_both", "nan_in_one"])
+def test_two_runs_differ_exactly_where_they_differ_with_or_without_the_bitwise_shortcut(case):
+    from pytest_autograd.checks._hygiene import max_difference
+
+    first = torch.randn(30, 30, generator=torch.Generator().manual_seed(2))
+    second = first.clone()
+    if case == "one_element_off":
+        second[4, 5] = torch.nextafter(second[4, 5], torch.tensor(math.inf))
+    elif case == "nan_in_both":
+        first[1, 1] = second[1, 1] = math.nan
+    elif case == "nan_in_one":
+        second[1, 1] = math.nan
+    largest, index, count = max_difference(first, second)
+    assert count == {"equal": 0, "one_element_off": 1, "nan_in_both": 0, "nan_in_one": 1}[case]
+    assert index == {"one_element_off": (4, 5), "nan_in_one": (1, 1)}.get(case)
+    assert (largest == 0.0) is (case in ("equal", "nan_in_both"))

@@ -45,6 +45,8 @@ def tensor_arguments(case, args, kwargs):
 
 def max_difference(a, b):
     """Largest |a - b| (NaN matching NaN, equal infinities matching), its index and the count differing."""
+    if a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and bool(torch.equal(a, b)):
+        return 0.0, None, 0  # bitwise equal (the usual verdict of two runs): one pass, nothing allocated
     a, b = _real_view(a), _real_view(b)
     a = a.detach().to("cpu", torch.float64)
     b = b.detach().to("cpu", torch.float64)

@@ -156,6 +156,8 @@ def worst_of(numerical, analytical, atol, rtol, excluded=None):
     """
     if numerical.numel() == 0:
         return None
+    if excluded is None and _within(numerical, analytical, atol, rtol):
+        return None
     error = (numerical - analytical).abs()
     error = torch.where(error.isnan(), torch.full_like(error, math.inf), error)
     tolerance = atol + rtol * numerical.abs()
@@ -168,6 +170,13 @@ def worst_of(numerical, analytical, atol, rtol, excluded=None):
     position = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), numerical.shape))
     return position, float(numerical[position]), float(analytical[position]), float(error[position]), \
         float(tolerance[position])
+
+
+def _within(numerical, analytical, atol, rtol):
+    """Whether every element is within ``atol + rtol * |numerical|``, decided in a few passes (the usual
+    verdict); a NaN compares False and leaves the verdict to the full search."""
+    allowed = numerical.abs().mul_(rtol).add_(atol)
+    return bool(((numerical - analytical).abs_() <= allowed).all())
 
 
 def unravel(flat, shape):

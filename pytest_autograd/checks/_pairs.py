@@ -9,6 +9,7 @@ with its own worst element.
 
 from dataclasses import dataclass
 
+from pytest_autograd.checks._agreement import agree
 from pytest_autograd.checks._loci import compare_locus
 from pytest_autograd.engine.execution import OpRaised, grads_of, output_label, random_cotangents
 from pytest_autograd.results.compare import compare_tensors
@@ -86,7 +87,7 @@ def compare_runs(context, expected_side, got_side, expected_label, got_label, ro
     for j, (name, expected, got) in enumerate(zip(expected_prepared.names, expected_grads, got_grads)):
         finding = _compare(context, expected.detach(), got.detach().to(expected.device),
                            f"gradient w.r.t. `{name}` from {got_label} differs from {expected_label}", f"grad {name}",
-                           {"argument": name}, where.locus("gradient", None, j), hint=_grad_hint(expected, got))
+                           {"argument": name}, where.locus("gradient", None, j), hint=_grad_hint)
         if finding is not None:
             found.append(finding)
     _fail(context, found)
@@ -111,10 +112,14 @@ class _Where:
 
 
 def _compare(context, expected, got, summary, what, fields, locus, hint=None):
+    """A Finding when ``got`` differs from ``expected``, else None; ``hint(expected, got)`` is asked only then."""
     atol, rtol = context.tolerance(expected.dtype)
+    if agree(expected, got, atol, rtol):
+        return None
     mismatch = compare_tensors(expected, got, atol, rtol)
     if mismatch is None:
         return None
+    hint = hint(expected, got) if hint is not None else None
     evidence = [Evidence.of(what, expected, got, mismatch.index)] if mismatch.problem is None else []
     return Finding(mismatch, summary, what, fields, evidence, hint,
                    locus(mismatch) if locus is not None and mismatch.problem is None else None)

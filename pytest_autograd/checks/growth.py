@@ -113,11 +113,13 @@ def _settle(context, prepared, cotangents):
     tracked tensors still alive afterwards are really held. Its own buffers,
     the same for both measurements, cancel out; a few short waits let a
     release in flight finish before the bytes are read.
+    Off CUDA, autograd runs backward on the calling thread, which holds
+    nothing once the call returns: no call is made.
     """
-    for k, sample in enumerate(prepared):
-        _call_once(context, sample, cotangents[k])
     if cuda_allocated(context.device) is None:
         return None
+    for k, sample in enumerate(prepared):
+        _call_once(context, sample, cotangents[k])
     readings = []
     for pause in SETTLE_PAUSES:
         time.sleep(pause)
