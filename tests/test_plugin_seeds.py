@@ -199,3 +199,56 @@ def test_the_xdist_controller_hands_its_random_seed_to_each_worker(pytester, run
     result = run_pytest("--autograd-seed=random")
     header = re.search(r"autograd: devices=cpu checks=all seed=(\d+)", result.stdout.str()).group(1)
     result.stdout.fnmatch_lines([f"worker seed={header}"])
+
+
+def test_an_item_rerun_alone_reports_what_it_reported_after_the_items_before_it(pytester, run_pytest):
+    """What one item of a test learns about the op and hands the next (e.g. whether it runs in float64) never
+    moves the next one's random draws: its rerun line reproduces the report of the full run."""
+    pytester.makepyfile(test_failing=FAILING_TEST.replace("op=LinearGradInputWrong",
+                                                          "op=LinearGradInputWrong, reference=torch.nn.functional.linear"))
+    first = run_pytest("--autograd-checks=gradcheck,reference", "--autograd-seed=42", "--autograd-shrink=0")
+    first.assert_outcomes(failed=2)
+    rerun = re.search(r'rerun: pytest "([^"]+reference-cpu\])" --autograd-seed=(\d+)', first.stdout.str())
+    second = run_pytest(rerun.group(1), f"--autograd-seed={rerun.group(2)}", "--autograd-shrink=0")
+    second.assert_outcomes(failed=1)
+
+    def report(result):
+        text = result.stdout.str()
+        start = text.index("differs from the reference")
+        return text[start:text.index("rerun:", start)]
+
+    assert report(second) == report(first)
+    assert "worst element: grad input[" in report(second)
+
+
+FLOAT32_ONLY_TEST = """
+import os
+import pytest
+import torch
+
+class Float32Only(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype == torch.float64:
+            with open(os.environ["FLOAT64_LOG"], "a") as log:
+                log.write("float64 call\\n")
+            raise TypeError("this kernel supports float32 only")
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+@pytest.mark.autograd_op(op=Float32Only, reference=lambda x: x * 2)
+def test_float32_kernel():
+    return [(torch.randn(4, 5),)]
+"""
+
+
+def test_the_items_of_one_test_ask_the_op_once_whether_it_runs_in_float64(pytester, run_pytest, monkeypatch):
+    pytester.makepyfile(test_kernel=FLOAT32_ONLY_TEST)
+    log = pytester.path / "float64.log"
+    monkeypatch.setenv("FLOAT64_LOG", str(log))
+    result = run_pytest("--autograd-checks=gradcheck,reference,grad_metadata,precision", "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+    assert log.read_text().count("float64 call") == 1

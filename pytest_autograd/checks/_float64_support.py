@@ -7,6 +7,7 @@ say so). Each check that runs in float64 asks here first, once per sample
 and device, and judges such an op in the most precise dtype it accepts.
 """
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -60,8 +61,64 @@ def float64_plan(context, sample):
     cache = context.case.__dict__.setdefault("_float64_plans", {})
     key = (id(sample), context.device)
     if key not in cache:
-        cache[key] = _float64_plan(context, sample)
+        shared = _shared_key(context, sample)
+        if shared is not None and shared in _SHARED:
+            _SHARED.move_to_end(shared)
+            cache[key] = _SHARED[shared]
+        else:
+            cache[key] = _float64_plan(context, sample)
+            if shared is not None:
+                _SHARED[shared] = cache[key]
+                while len(_SHARED) > SHARED_PLANS:
+                    _SHARED.popitem(last=False)
     return cache[key]
+
+
+SHARED_PLANS = 256  # plans kept for the items still to come
+_SHARED = OrderedDict()  # what a plan depends on (see _shared_key) -> the plan
+
+
+def _shared_key(context, sample):
+    """What the plan depends on, so that the items of one test (one per check, each with its own draw of the
+    sample's values) ask the op once: the test, the op, the device, the marker options that change how it runs,
+    and the sample's kinds of arguments (a tensor's shape, dtype and layout, a plain value itself). None for a
+    case no other shares with, or an argument not plain enough to tell (then every item asks the op)."""
+    case = context.case
+    if case.shared_by is None:
+        return None
+    try:
+        signature = tuple(_signature(value) for value in sample.args), \
+            tuple((name, _signature(value)) for name, value in sorted(sample.kwargs.items()))
+        key = (case.shared_by, case.op, str(context.device), frozenset(case.constant_slots), repr(case.option("mutates")),
+               repr(case.option("dtypes")), signature)
+        hash(key)
+    except (TypeError, _NotPlain):
+        return None
+    return key
+
+
+def _own_generator():
+    """The cotangents of a plan's trial backward come from a generator of its own: whether a check found the
+    plan or was handed it by an earlier item of its test, its own draws stay the same (its rerun line
+    reproduces what the full run showed)."""
+    return torch.Generator().manual_seed(PLAN_SEED)
+
+
+PLAN_SEED = 0x5EED
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _signature(value):
+    if isinstance(value, torch.Tensor):
+        return "tensor", tuple(value.shape), value.dtype, value.layout, value.requires_grad
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__, tuple(_signature(item) for item in value)
+    raise _NotPlain
 
 
 def sample_dtype(context, sample):
@@ -90,7 +147,7 @@ def _float64_plan(context, sample):
             return Plan(lower[0], f"the op returns {'/'.join(dtype_label(d) for d in lower)} outputs for float64 "
                                   "inputs")
         if prepared.leaves and any(o.requires_grad for o in outputs):
-            grads_of(outputs, prepared.leaves, random_cotangents(outputs, context.generator))
+            grads_of(outputs, prepared.leaves, random_cotangents(outputs, _own_generator()))
     except OpRaised as raised:
         if declared is not None:
             return None
@@ -110,7 +167,7 @@ def _runs_in(context, sample, dtype):
     try:
         outputs = context.run_op(prepared)
         if prepared.leaves and any(o.requires_grad for o in outputs):
-            grads_of(outputs, prepared.leaves, random_cotangents(outputs, context.generator))
+            grads_of(outputs, prepared.leaves, random_cotangents(outputs, _own_generator()))
     except OpRaised:
         return False
     return True

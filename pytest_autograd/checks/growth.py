@@ -20,6 +20,7 @@ CUDA thread still holds from the last call are not taken for growth.
 """
 
 import gc
+import sys
 import time
 import weakref
 
@@ -41,6 +42,13 @@ HINT = ("a cache that grows on every call: bound it (functools.lru_cache(maxsize
 
 class CreatedTensors(TorchDispatchMode):
     """Weak references to every tensor an aten op returns while the mode is active."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        """torch wraps a mode's ``__torch_dispatch__`` in ``torch._dynamo.disable``, whose first call imports
+        dynamo (about a second, nine hundred modules) in a process that never compiles. The wrapping only
+        matters where dynamo runs: asked when this class is made, it is done only once dynamo is imported."""
+        return "torch._dynamo" in sys.modules
 
     def __init__(self):
         super().__init__()

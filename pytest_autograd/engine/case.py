@@ -87,6 +87,9 @@ class OpCase:
     factory: object = None
     # Slots (positions and keyword names) of the arguments in ``constants=``.
     constant_slots: frozenset = frozenset()
+    # Names the cases one test makes (pytest: one per check and device, each from its own run of the test body),
+    # so that facts about the op, e.g. whether it runs in float64, are found once per test; None: this case only.
+    shared_by: object = None
 
     def call(self, *args, **kwargs):
         return call_op(self.op, args, kwargs)

@@ -101,6 +101,7 @@ def _run_seeded(item, spec, device, settings, check, seed):
     where = item.nodeid
     try:
         case = _build_case(item, marker_of(item, spec), device, where)
+        case.shared_by = (item.session, item.nodeid.split("[")[0], getattr(spec, "marker", 0))  # this run's items only
         reason = check.applies(case, device)
         if reason:
             skip_here(reason)
