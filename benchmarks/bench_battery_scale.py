@@ -45,9 +45,11 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -125,11 +127,60 @@ def ours(family, args, checks, registry=None, reference=None, op=None):
 ours.failures = 0
 
 
-def measure(name, family, elements, repeat):
+PYTEST_BODY = """
+import pytest
+import torch
+from reference_ops.scale import FAMILIES
+
+family = FAMILIES[{name!r}]
+
+
+@pytest.mark.autograd_op(op=family.op, reference=family.reference)
+def test_family():
+    return family.samples({elements}, torch.Generator().manual_seed(0))
+"""
+
+
+class _CallPhases:
+    """A pytest plugin summing the clock over the items' call phases (the test body and the check)."""
+
+    def __init__(self):
+        self.seconds, self.failed = 0.0, []
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        start = clock()
+        try:
+            return (yield)
+        finally:
+            self.seconds += clock() - start
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.failed.append(report.nodeid)
+
+
+def via_pytest(name, elements):
+    """Seconds of the items' call phases when pytest runs the family's marked test (every default check): what a
+    user's run costs, each item building its own samples and its own case."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "test_scale_family.py"
+        path.write_text(PYTEST_BODY.format(name=name, elements=elements))
+        phases = _CallPhases()
+        pytest.main([str(path), "-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--rootdir={directory}",
+                     "--autograd-shrink=0", "--no-header", "--no-summary", "-o", "console_output_style=classic"],
+                    plugins=[phases])
+    for nodeid in phases.failed:
+        print(f"  FAILED under pytest: {nodeid}", flush=True)
+    ours.failures += len(phases.failed)
+    return phases.seconds
+
+
+def measure(name, family, elements, repeat, pytest_too=False):
     generator = torch.Generator().manual_seed(0)
     args = family.samples(elements, generator)[0]
     torch_fast_pair(family.op, args)  # untimed: the allocator's first touch of this size is paid by nobody
-    anchors, pairs, batteries, shares = [], [], [], []
+    anchors, pairs, batteries, shares, under_pytest = [], [], [], [], []
     for _ in range(repeat):
         anchors.append(torch_fast_pair(family.op, args))
         pairs.append(ours(family, args, PAIR)[0])
@@ -137,12 +188,15 @@ def measure(name, family, elements, repeat):
         seconds, outcomes = ours(family, args, None, registry=registry, reference=family.reference)
         batteries.append(seconds)
         shares.append(registry.seconds)
+        if pytest_too:
+            under_pytest.append(via_pytest(name, elements))
     skipped = sorted(o.check for o in outcomes if o.status == "skipped")
     checks = {check: statistics.median(s.get(check, 0.0) for s in shares) for check in shares[0]}
     return {
         "name": name, "elements": elements, "shapes": [tuple(a.shape) for a in args],
         "anchor": statistics.median(anchors), "pair": statistics.median(pairs),
         "battery": statistics.median(batteries), "checks": checks, "skipped": skipped,
+        "pytest": statistics.median(under_pytest) if under_pytest else None,
     }
 
 
@@ -163,6 +217,9 @@ def report(row):
     print(f"  ours gradcheck + gradgradcheck {row['pair']:8.2f} s   {row['pair'] / anchor:5.2f}x   (goal <= 1.0x)")
     print(f"  ours default battery           {row['battery']:8.2f} s   {row['battery'] / anchor:5.2f}x   "
           "(goal <= 2.5x)")
+    if row["pytest"] is not None:
+        print(f"  the battery under pytest          {row['pytest']:8.2f} s   {row['pytest'] / anchor:5.2f}x   "
+              "(its items' call phases: each builds its own samples)")
     ranked = sorted(row["checks"].items(), key=lambda item: -item[1])
     print("  per check: " + ", ".join(f"{check} {seconds:.2f}" for check, seconds in ranked if seconds >= 0.005))
     if row["skipped"]:
@@ -171,8 +228,9 @@ def report(row):
 
 def summary(rows):
     print("\nsummary (median seconds; ratios to torch's fast pair in the same run)")
+    with_pytest = any(row["pytest"] is not None for row in rows)
     print(f"{'op':<12}{'size':>6}{'anchor':>9}{'pair':>9}{'ratio':>7}{'battery':>9}{'ratio':>7}{'growth':>8}"
-          f"{'anchor growth':>15}")
+          f"{'anchor growth':>15}" + (f"{'pytest':>9}{'ratio':>7}" if with_pytest else ""))
     by_key = {(row["name"], row["elements"]): row for row in rows}
     for row in rows:
         one = by_key.get((row["name"], 1 << 20))
@@ -181,7 +239,8 @@ def summary(rows):
         anchor_growth = f"{row['anchor'] / one['anchor']:14.2f}x" if grown else ""
         print(f"{row['name']:<12}{size_label(row['elements']):>6}{row['anchor']:9.2f}{row['pair']:9.2f}"
               f"{row['pair'] / row['anchor']:6.2f}x{row['battery']:9.2f}{row['battery'] / row['anchor']:6.2f}x"
-              f"{growth:>8}{anchor_growth:>15}")
+              f"{growth:>8}{anchor_growth:>15}"
+              + (f"{row['pytest']:9.2f}{row['pytest'] / row['anchor']:6.2f}x" if row["pytest"] is not None else ""))
     print("goals: pair <= 1.0x, battery <= 2.5x, growth (battery at 4M / at 1M) <= 4.5x; anchor growth: torch's pair "
           "at 4M / at 1M in the same run, what the op's own calls cost more on this machine")
 
@@ -226,6 +285,8 @@ def main(argv=None):
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
                         help="cpu: the process's CPU time (steady on a shared machine with --threads 1); wall: elapsed")
     parser.add_argument("--detection", action="store_true", help="planted bugs at every size instead of timings")
+    parser.add_argument("--pytest", action="store_true",
+                        help="also time the battery as pytest runs it: one item per check, each calling the test body")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -240,7 +301,7 @@ def main(argv=None):
     rows = []
     for name in args.families:
         for elements in sizes:
-            rows.append(measure(name, FAMILIES[name], elements, args.repeat))
+            rows.append(measure(name, FAMILIES[name], elements, args.repeat, pytest_too=args.pytest))
             report(rows[-1])
             sys.stdout.flush()
     summary(rows)

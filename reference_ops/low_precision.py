@@ -9,6 +9,12 @@ ops imitate both on the CPU, around one formula with a product rule,
   dtype dispatch does;
 * :class:`GatedComputesInFloat32` accepts any dtype, computes in float32 and
   returns float32;
+* :class:`GatedMixedPrecision` takes and returns any dtype but computes
+  ``tanh`` in float32 and the product in the input's dtype, as kernels that
+  load an activation ``.to(float32)`` and multiply by a tensor left in its
+  own dtype do (liger-kernel's SwiGLU): for float64 inputs its outputs are
+  float64 values, not float32 ones, yet they move with inputs only where
+  float32 resolves the move;
 * :class:`GatedFloat32OnlySilent` computes garbage for float64 without
   raising (a kernel that reinterprets its input): only ``dtypes=`` on the
   marker can say what it supports.
@@ -36,6 +42,8 @@ __all__ = [
     "GatedComputesInFloat32",
     "GatedComputesInFloat32DroppedProductTerm",
     "GatedFloat32OnlySilent",
+    "GatedMixedPrecision",
+    "GatedMixedPrecisionDroppedProductTerm",
     "SwishBfloat16Only",
     "SwishBfloat16OnlyGradTooLarge",
     "SwishBfloat16OnlyDroppedTerm",
@@ -101,6 +109,31 @@ class GatedComputesInFloat32(Function):
 
 
 class GatedComputesInFloat32DroppedProductTerm(GatedComputesInFloat32):
+    """BUG: ``d/dx`` forgets the ``x * w * (1 - tanh^2)`` term of the product rule."""
+
+    drop_product_term = True
+
+
+class GatedMixedPrecision(Function):
+    """``x * tanh(w * x)``: ``tanh`` in float32, the product and the gradients' products in the input's dtype."""
+
+    drop_product_term = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * torch.tanh((w * x).float()).to(x.dtype)
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        x, w = ctx.saved_tensors
+        t = torch.tanh((w * x).float()).to(x.dtype)
+        d_tanh = 1 - t * t
+        grad_x = grad * (t if cls.drop_product_term else t + x * w * d_tanh)
+        return grad_x, grad * x * x * d_tanh
+
+
+class GatedMixedPrecisionDroppedProductTerm(GatedMixedPrecision):
     """BUG: ``d/dx`` forgets the ``x * w * (1 - tanh^2)`` term of the product rule."""
 
     drop_product_term = True

@@ -29,7 +29,7 @@ def run(pytester, run_pytest, op, extra="", *args):
     return run_pytest("-rs", *args)
 
 
-@pytest.mark.parametrize("op", ["GatedFloat32Only", "GatedComputesInFloat32"])
+@pytest.mark.parametrize("op", ["GatedFloat32Only", "GatedComputesInFloat32", "GatedMixedPrecision"])
 @pytest.mark.parametrize("extra", ["", ", reference=gated_reference"])
 def test_a_correct_float32_only_op_passes_every_default_check(pytester, run_pytest, op, extra):
     result = run(pytester, run_pytest, op, extra)
@@ -75,6 +75,27 @@ def test_an_op_computing_in_float32_for_float64_inputs_with_a_wrong_backward_fai
         "gradient of all outputs w.r.t. `x` does not match the numerical derivative in float32",
         "*strategy: gradcheck: the op returns float32 outputs for float64 inputs; judged by*",
     ])
+
+
+def test_an_op_computing_part_of_its_forward_in_float32_with_a_wrong_backward_fails_in_float32(pytester,
+                                                                                                  run_pytest):
+    result = run(pytester, run_pytest, "GatedMixedPrecisionDroppedProductTerm", "", "--autograd-checks=gradcheck")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient of all outputs w.r.t. `x` does not match the numerical derivative in float32",
+        "  check gradcheck, device cpu, dtype float32, sample 0",
+        "*strategy: gradcheck: the op computes (part of) its forward in float32 for float64 inputs (its float64 "
+        "outputs miss input changes below float32's resolution); judged by central differences in float32*",
+    ])
+
+
+def test_an_op_computing_part_of_its_forward_in_float32_passes_saying_it_was_judged_in_float32(pytester,
+                                                                                                run_pytest):
+    result = run(pytester, run_pytest, "GatedMixedPrecision", "", "--autograd-checks=gradcheck,gradgradcheck,sizes",
+                 "-W", "error")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*AutogradNote: gradcheck: the op computes (part of) its forward in "
+                                 "float32 for float64 inputs*judged by central differences in float32*"])
 
 
 def test_the_pass_note_names_the_strategy_used(pytester, run_pytest):
@@ -180,15 +201,29 @@ def test_the_correct_bfloat16_only_kernel_passes_every_default_check(pytester, r
     assert outcomes["passed"] >= 10
 
 
-def test_a_kernel_computing_in_float32_for_float64_inputs_fails_gradcheck_saying_to_declare_float32():
-    # Checked alone in float64 its finite differences measure float32 rounding ("expected 0 (numerical)"): the
-    # hint must name that, and the way to have it judged in float32, not send the user after a wrong formula.
+def test_a_kernel_computing_in_float32_is_judged_in_float32_on_samples_the_user_gave_in_float32():
+    # Float64 is the plugin's choice here: its finite differences would measure float32 rounding.
     import torch
 
     from pytest_autograd import run_checks
     from reference_ops.fused import FusedRMSNorm
 
-    x, weight = torch.randn(4, 8), torch.randn(8)
+    outcome, = run_checks(FusedRMSNorm, torch.randn(4, 8), torch.randn(8), checks=["gradcheck"])
+    assert outcome.status == "passed", outcome.detail
+    assert outcome.detail.startswith("gradcheck: the op computes (part of) its forward in float32 for float64 "
+                                     "inputs"), outcome.detail
+
+
+def test_a_kernel_computing_in_float32_for_float64_inputs_fails_gradcheck_saying_to_declare_float32():
+    # Samples given in float64 ask for float64: checked there, its finite differences measure float32 rounding
+    # ("expected 0 (numerical)"): the hint must name that, and the way to have it judged in float32, not send the
+    # user after a wrong formula.
+    import torch
+
+    from pytest_autograd import run_checks
+    from reference_ops.fused import FusedRMSNorm
+
+    x, weight = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
     outcome, = run_checks(FusedRMSNorm, x, weight, checks=["gradcheck"])
     assert outcome.status == "failed"
     assert "hint: the op computes in float32 for float64 inputs (its float64 outputs are all exactly float32 " \

@@ -54,6 +54,13 @@ class CheckContext:
         self.dtype = None
         self.notes = []  # what a user should know that is not a failure (shown on passing items)
 
+    def restart(self):
+        """Ready to run the check again from its start: its generator back at the start of its stream, no
+        sample or dtype under way; the notes so far are kept."""
+        self.generator = torch.Generator().manual_seed(check_stream_seed(self.seed))
+        self.sample_index = None
+        self.dtype = None
+
     def samples(self):
         """(index, sample) pairs; failures raised meanwhile name the sample."""
         for index, sample in enumerate(self.case.samples):

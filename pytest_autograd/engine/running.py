@@ -20,6 +20,34 @@ def run_check(check, context, reseed=False):
     seeded it before calling the test body). A check that cannot judge the op
     raises :class:`~pytest_autograd.engine.outcomes.CheckSkipped` through.
     """
+    failure = _run_once(check, context, reseed)
+    for _ in context.case.samples:  # each sample found to need float32 once, at most
+        if failure is None or not _judged_in_float32_instead(context, failure):
+            break
+        context.restart()
+        failure = _run_once(check, context, reseed)
+    return failure
+
+
+def _judged_in_float32_instead(context, failure):
+    """After a failure in float64: whether the failing sample, not float64 itself, was given in a lower dtype
+    and the op computes part of it in float32 (see ``float32_blind_plan``); then float64 cannot judge it, and
+    that sample is judged in float32 from now on, as an op that refuses float64 is."""
+    report = failure.report
+    if report.dtype != "float64" or not isinstance(report.sample, int) or report.sample >= len(context.case.samples):
+        return False
+    from pytest_autograd.checks._float64_support import adopt, float32_blind_plan
+
+    sample = context.case.samples[report.sample]
+    with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
+        plan = float32_blind_plan(context, sample)
+    if plan is None:
+        return False
+    adopt(context, sample, plan)
+    return True
+
+
+def _run_once(check, context, reseed):
     try:
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
                 watching_interpreted_dtypes() as untrusted:
