@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.engine.execution import OpRaised, flatten_outputs, grads_of, random_cotangents
+from pytest_autograd.engine.execution import OpRaised, grads_of, random_cotangents
 from pytest_autograd.results.compare import dtype_label
 
 LOW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # most precise first
@@ -89,15 +89,15 @@ def _shared_key(context, sample):
     try:
         signature = tuple(_signature(value) for value in sample.args), \
             tuple((name, _signature(value)) for name, value in sorted(sample.kwargs.items()))
-        key = (case.shared_by, case.op, str(context.device), frozenset(case.constant_slots), repr(case.option("mutates")),
-               repr(case.option("dtypes")), signature)
+        key = (case.shared_by, case.op, str(context.device), frozenset(case.constant_slots),
+               repr(case.option("mutates")), repr(case.option("dtypes")), signature)
         hash(key)
     except (TypeError, _NotPlain):
         return None
     return key
 
 
-def _own_generator():
+def own_generator():
     """The cotangents of a plan's trial backward come from a generator of its own: whether a check found the
     plan or was handed it by an earlier item of its test, its own draws stay the same (its rerun line
     reproduces what the full run showed)."""
@@ -147,7 +147,7 @@ def _float64_plan(context, sample):
             return Plan(lower[0], f"the op returns {'/'.join(dtype_label(d) for d in lower)} outputs for float64 "
                                   "inputs")
         if prepared.leaves and any(o.requires_grad for o in outputs):
-            grads_of(outputs, prepared.leaves, random_cotangents(outputs, _own_generator()))
+            grads_of(outputs, prepared.leaves, random_cotangents(outputs, own_generator()))
     except OpRaised as raised:
         if declared is not None:
             return None
@@ -167,121 +167,15 @@ def _runs_in(context, sample, dtype):
     try:
         outputs = context.run_op(prepared)
         if prepared.leaves and any(o.requires_grad for o in outputs):
-            grads_of(outputs, prepared.leaves, random_cotangents(outputs, _own_generator()))
+            grads_of(outputs, prepared.leaves, random_cotangents(outputs, own_generator()))
     except OpRaised:
         return False
     return True
 
 
-
-# ---------------------------------------------------------------------------
-# Ops that take float64 but compute (part of) it in float32
-# ---------------------------------------------------------------------------
-
-BELOW_FLOAT32 = 2.0 ** -27  # a relative move a quarter of float32's half-ulp: float32 rounds it away
-RESOLVED = 2.0 ** -12  # a relative move float32 resolves, small enough for a central difference
-AGREEMENT = 0.01  # float64 arithmetic gives both differences alike, to about 1e-7
-
-
-def float32_blind_plan(context, sample):
-    """A Plan to judge in float32 when the op, given float64 copies of a sample that is not float64, computes
-    part of its forward in float32 (a kernel that loads an activation ``.to(float32)`` and multiplies by a
-    tensor left in its own dtype); None when it computes in float64, or when the probe cannot tell.
-
-    Asked only after a check failed in float64: finite differences of such an op measure float32 rounding, so
-    the failure is the check's, not the op's. Every differentiated argument moves relative to its value along
-    one random direction, by ``BELOW_FLOAT32`` (float32 rounds that away) and by ``RESOLVED`` (it does not):
-    float64 arithmetic gives the same derivative from both central differences, to about 1e-7; a float32 part
-    is missing from the first (or adds a whole ulp to it). A sample the user gave in float64 asks for float64:
-    not asked.
-    """
-    if any(value.dtype == torch.float64 for value in _floating(sample)):
-        return None
-    prepared = context.prepare(sample, dtype=torch.float64, requires_grad=False)
-    moved = _differentiated_slots(context, prepared)
-    try:
-        with torch.no_grad():
-            base = _float64_outputs(context, prepared, {}, 0.0)
-            if base is None or not _same(base, _float64_outputs(context, prepared, {}, 0.0)):
-                return None  # not the same twice (random numbers): no difference can be told from noise
-            generator = _own_generator()
-            shifts = {slot: 1.0 + torch.rand(_value(prepared, slot).shape, generator=generator, dtype=torch.float64)
-                      for slot in moved}
-            tiny, resolved = (_central_difference(context, prepared, shifts, step)
-                              for step in (BELOW_FLOAT32, RESOLVED))
-    except OpRaised:
-        return None
-    finally:
-        context.dtype = None
-    if tiny is None or resolved is None:
-        return None
-    scale = sum(float(r.square().sum()) for r in resolved)
-    apart = sum(float((t - r).square().sum()) for t, r in zip(tiny, resolved))
-    if scale == 0.0 or not apart > AGREEMENT ** 2 * scale:
-        return None  # outputs that do not move, or move alike at both steps: float64 arithmetic
-    return Plan(torch.float32, "the op computes (part of) its forward in float32 for float64 inputs (its float64 "
-                               "outputs miss input changes below float32's resolution)")
-
-
-def _central_difference(context, prepared, shifts, step):
-    """Per float64 output, ``(f(x * (1 + step * shift)) - f(x * (1 - step * shift))) / (2 * step)``, zero where
-    not finite; None when the op returns no float64 output."""
-    plus = _float64_outputs(context, prepared, shifts, step)
-    minus = _float64_outputs(context, prepared, shifts, -step)
-    if plus is None or minus is None or len(plus) != len(minus):
-        return None
-    found = []
-    for p, m in zip(plus, minus):
-        difference = (p - m) / (2 * step)
-        found.append(torch.where(difference.isfinite(), difference, torch.zeros_like(difference)))
-    return found
-
-
 def adopt(context, sample, plan):
     """Make ``plan`` the answer of ``float64_plan`` for ``sample``, for this item and the rest of its test."""
-    float64_plan(context, sample)  # the entry exists, shared where it can be
-    cache = context.case.__dict__["_float64_plans"]
-    cache[(id(sample), context.device)] = plan
+    context.case.__dict__.setdefault("_float64_plans", {})[(id(sample), context.device)] = plan
     shared = _shared_key(context, sample)
     if shared is not None:
         _SHARED[shared] = plan
-
-
-def _floating(sample):
-    return [value for value in list(sample.args) + list(sample.kwargs.values())
-            if isinstance(value, torch.Tensor) and value.is_floating_point()]
-
-
-def _differentiated_slots(context, prepared):
-    return [slot for slot in list(range(len(prepared.args))) + list(prepared.kwargs)
-            if isinstance(_value(prepared, slot), torch.Tensor) and _value(prepared, slot).is_floating_point()
-            and slot not in context.case.constant_slots]
-
-
-def _value(prepared, slot):
-    return prepared.args[slot] if isinstance(slot, int) else prepared.kwargs[slot]
-
-
-def _float64_outputs(context, prepared, shifts, step):
-    """The op's float64 outputs with each argument in ``shifts`` multiplied by ``1 + step * shift``."""
-    args, kwargs = prepared.call_args(leaves=[], clone=True)
-    for slot, shift in shifts.items():
-        value = _value(prepared, slot) * (1.0 + step * shift)
-        if isinstance(slot, int):
-            args[slot] = value
-        else:
-            kwargs[slot] = value
-    outputs = [o for o in flatten_outputs(_call(context, args, kwargs)) if o.dtype == torch.float64]
-    return outputs or None
-
-
-def _call(context, args, kwargs):
-    try:
-        return context.case.call(*args, **kwargs)
-    except Exception as error:
-        raise OpRaised("forward", error) from error
-
-
-def _same(first, second):
-    return len(first) == len(second) and all(a.shape == b.shape and bool(torch.equal(a, b))
-                                              for a, b in zip(first, second))

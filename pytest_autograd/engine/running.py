@@ -18,7 +18,9 @@ def run_check(check, context, reseed=False):
     its time budget (``case.run_options.seconds``), one naming where it was.
     ``reseed`` seeds torch with the context's seed first (the marker path
     seeded it before calling the test body). A check that cannot judge the op
-    raises :class:`~pytest_autograd.engine.outcomes.CheckSkipped` through.
+    raises :class:`~pytest_autograd.engine.outcomes.CheckSkipped` through. A
+    check that failed in float64 on an op computing in float32 runs again,
+    judging it in float32.
     """
     failure = _run_once(check, context, reseed)
     for _ in context.case.samples:  # each sample found to need float32 once, at most
@@ -30,13 +32,14 @@ def run_check(check, context, reseed=False):
 
 
 def _judged_in_float32_instead(context, failure):
-    """After a failure in float64: whether the failing sample, not float64 itself, was given in a lower dtype
-    and the op computes part of it in float32 (see ``float32_blind_plan``); then float64 cannot judge it, and
-    that sample is judged in float32 from now on, as an op that refuses float64 is."""
+    """After a failure in float64: whether the failing sample was given in a lower dtype and the op computes
+    part of it in float32 (see ``float32_blind_plan``). Float64 then cannot judge it: from now on the sample is
+    judged in float32, as the sample of an op that refuses float64 is."""
     report = failure.report
     if report.dtype != "float64" or not isinstance(report.sample, int) or report.sample >= len(context.case.samples):
         return False
-    from pytest_autograd.checks._float64_support import adopt, float32_blind_plan
+    from pytest_autograd.checks._float32_blind import float32_blind_plan
+    from pytest_autograd.checks._float64_support import adopt
 
     sample = context.case.samples[report.sample]
     with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
