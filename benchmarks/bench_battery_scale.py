@@ -163,17 +163,23 @@ class _CallPhases:
 def via_pytest(name, elements):
     """Seconds of the items' call phases when pytest runs the family's marked test (every default check): what a
     user's run costs, each item building its own samples and its own case."""
+    via_pytest.runs += 1
     with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "test_scale_family.py"
+        path = Path(directory) / f"test_scale_{name}_{via_pytest.runs}.py"  # a module name of its own: one process
         path.write_text(PYTEST_BODY.format(name=name, elements=elements))
         phases = _CallPhases()
-        pytest.main([str(path), "-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--rootdir={directory}",
-                     "--autograd-shrink=0", "--no-header", "--no-summary", "-o", "console_output_style=classic"],
-                    plugins=[phases])
+        status = pytest.main([str(path), "-q", "-p", "no:cacheprovider", f"--rootdir={directory}",
+                              "--autograd-shrink=0", "--no-header", "--no-summary"], plugins=[phases])
     for nodeid in phases.failed:
         print(f"  FAILED under pytest: {nodeid}", flush=True)
+    if status != 0 and not phases.failed:
+        print(f"  pytest exited with {status} before checking anything", flush=True)
+        phases.failed.append(status)
     ours.failures += len(phases.failed)
     return phases.seconds
+
+
+via_pytest.runs = 0
 
 
 def measure(name, family, elements, repeat, pytest_too=False):

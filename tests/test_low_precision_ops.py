@@ -230,3 +230,47 @@ def test_a_kernel_computing_in_float32_for_float64_inputs_fails_gradcheck_saying
            "numbers), so float64 finite differences measure float32 rounding" in outcome.detail
     declared, = run_checks(FusedRMSNorm, x, weight, checks=["gradcheck"], dtypes=(torch.float32,))
     assert declared.status == "passed", declared.detail
+
+
+def _blind_plan(op, *args):
+    import torch
+
+    from pytest_autograd.checks._float32_blind import float32_blind_plan
+    from pytest_autograd.checks.base import CheckContext
+    from pytest_autograd.engine.case import Sample, build_case
+
+    case = build_case({"op": op}, [Sample(*args)])
+    with torch.random.fork_rng():
+        return float32_blind_plan(CheckContext("gradcheck", case, "cpu", 0), case.samples[0])
+
+
+def test_the_float32_probe_finds_a_forward_computing_partly_in_float32():
+    import torch
+
+    from reference_ops.fused import FusedRMSNorm
+    from reference_ops.low_precision import GatedMixedPrecision, gated_samples
+
+    assert _blind_plan(GatedMixedPrecision.apply, *gated_samples(torch.Generator().manual_seed(0))[0]).dtype \
+        == torch.float32
+    assert _blind_plan(FusedRMSNorm.apply, torch.randn(4, 8), torch.randn(8)).dtype == torch.float32
+    silu_float32_times_b = lambda a, b: torch.nn.functional.silu(a.float()).to(a.dtype) * b  # noqa: E731
+    assert _blind_plan(silu_float32_times_b, torch.randn(16, 64), torch.randn(16, 64)) is not None
+
+
+def test_the_float32_probe_leaves_float64_arithmetic_to_float64_even_across_a_kink_or_with_random_numbers():
+    import torch
+
+    x = torch.randn(200, dtype=torch.float32)
+    x[7] = 1.0 + 1e-5  # the resolved move crosses clamp's kink at 1 for this element only
+    assert _blind_plan(lambda v: v.clamp(-1, 1) * torch.tanh(v), x) is None
+    assert _blind_plan(lambda v: v * torch.rand_like(v), torch.randn(50)) is None
+    assert _blind_plan(lambda v: torch.sin(3 * v) * v, torch.randn(10, 10)) is None
+
+
+def test_the_float32_probe_is_not_asked_about_samples_the_user_gave_in_float64():
+    import torch
+
+    from reference_ops.fused import FusedRMSNorm
+
+    assert _blind_plan(FusedRMSNorm.apply, torch.randn(4, 8, dtype=torch.float64),
+                       torch.randn(8, dtype=torch.float64)) is None
