@@ -1,5 +1,6 @@
 """Running one generated item: its device, seed and samples, the check, and the pytest outcome."""
 
+import itertools
 import os
 import warnings
 
@@ -89,6 +90,18 @@ def run_item(item, spec, settings, registry):
         _run_seeded(item, spec, device, settings, check, seed)
 
 
+RUN_TOKEN = pytest.StashKey()
+_RUN_TOKENS = itertools.count()
+
+
+def run_token(config):
+    """A number naming this pytest run: what its items share stays theirs (pytester runs several in one process),
+    without keeping the run alive."""
+    if RUN_TOKEN not in config.stash:
+        config.stash[RUN_TOKEN] = next(_RUN_TOKENS)
+    return config.stash[RUN_TOKEN]
+
+
 def selected_check(registry, spec):
     """The item's check; an opt-in check the user did not select skips the item saying how to select it."""
     check = registry.get(spec.check)
@@ -101,7 +114,7 @@ def _run_seeded(item, spec, device, settings, check, seed):
     where = item.nodeid
     try:
         case = _build_case(item, marker_of(item, spec), device, where)
-        case.shared_by = (item.session, item.nodeid.split("[")[0], getattr(spec, "marker", 0))  # this run's items only
+        case.shared_by = (run_token(item.config), item.nodeid.split("[")[0], getattr(spec, "marker", 0))
         reason = check.applies(case, device)
         if reason:
             skip_here(reason)
