@@ -42,8 +42,9 @@ def float32_blind_plan(context, sample):
             if base is None or not _same(base, _float64_outputs(context, prepared, {}, 0.0)):
                 return None  # not the same twice (random numbers): no difference can be told from noise
             generator = own_generator()
-            shifts = {slot: 1.0 + torch.rand(_value(prepared, slot).shape, generator=generator, dtype=torch.float64)
-                      for slot in moved}
+            shifts = {slot: 1.0 + torch.rand(_value(prepared, slot).shape, generator=generator,
+                                             dtype=torch.float64).to(_value(prepared, slot).device)
+                      for slot in moved}  # drawn on the CPU: the same direction on every device
             tiny, resolved = (_central_difference(context, prepared, shifts, step)
                               for step in (BELOW_FLOAT32, RESOLVED))
     except OpRaised:
