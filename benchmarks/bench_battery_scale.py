@@ -10,6 +10,9 @@ in one process:
   * the plugin's gradcheck + gradgradcheck (``run_checks``);
   * the plugin's whole default battery (``run_checks`` with the family's
     reference), with each check's share;
+  * with ``--pytest``, the same battery as pytest runs it: one item per
+    check, each calling the test body for its own samples (the sum of the
+    items' call phases);
 
 and prints the ratios the goals are stated in: pair / anchor (goal <= 1.0),
 battery / anchor (goal <= 2.5), and battery at the largest size over the
