@@ -104,7 +104,7 @@ def _value(prepared, slot):
 
 def _float64_outputs(context, prepared, shifts, step):
     """The op's float64 outputs with each argument in ``shifts`` multiplied by ``1 + step * shift``."""
-    args, kwargs = prepared.call_args(leaves=[], clone=True)
+    args, kwargs = prepared.call_args(leaves=[])
     for slot, shift in shifts.items():
         value = _value(prepared, slot) * (1.0 + step * shift)
         if isinstance(slot, int):

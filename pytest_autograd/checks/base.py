@@ -83,8 +83,8 @@ class CheckContext:
         self.dtype = dtype or floating_dtype(sample)
         return prepare(self.case, sample, device or self.device, dtype=dtype, **kwargs)
 
-    def run_op(self, prepared, leaves=None, fn=None):
-        return run_op(self.case, prepared, leaves, fn)
+    def run_op(self, prepared, leaves=None, fn=None, clone_leaves=True):
+        return run_op(self.case, prepared, leaves, fn, clone_leaves)
 
     def tolerance(self, dtype):
         return tolerance_for(dtype, self.case.option("atol"), self.case.option("rtol"))

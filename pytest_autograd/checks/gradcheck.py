@@ -62,6 +62,8 @@ class GradCheck(Check):
             def fn(leaves):
                 return context.run_op(prepared, leaves)
 
+            fn.on_fresh = lambda leaves: context.run_op(prepared, leaves, clone_leaves=False)  # noqa: B023
+
             declared = declared_nondifferentiable(context.case, outputs)
             for k in declared:
                 context.note(f"{output_names[k]} is declared non-differentiable (ctx.mark_non_differentiable): "

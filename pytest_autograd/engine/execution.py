@@ -81,12 +81,13 @@ class Prepared:
     complex_slots: frozenset = frozenset()  # leaves that are real views of complex arguments
 
 
-    def call_args(self, leaves=None, clone=True):
-        """Arguments for one call, with ``leaves`` (default: own) in their slots."""
+    def call_args(self, leaves=None, clone_leaves=True):
+        """Arguments for one call, with ``leaves`` (default: own) in their slots: cloned, unless the caller made
+        them for this call alone (``clone_leaves=False``); every other argument is always a copy."""
         leaves = self.leaves if leaves is None else leaves
         args, kwargs = list(self.args), dict(self.kwargs)
         for slot, leaf in zip(self.slots, leaves):
-            value = leaf.clone() if clone else leaf
+            value = leaf.clone() if clone_leaves else leaf
             if slot in self.complex_slots:
                 value = as_complex(value)
             if isinstance(slot, int):
@@ -96,12 +97,12 @@ class Prepared:
         for position, value in enumerate(args):
             if isinstance(value, torch.Tensor) and position not in self.slots:
                 args[position] = value.clone()
-            elif clone:
+            elif position not in self.slots:
                 args[position] = _fresh(value)
         for key, value in kwargs.items():
             if isinstance(value, torch.Tensor) and key not in self.slots:
                 kwargs[key] = value.clone()
-            elif clone:
+            elif key not in self.slots:
                 kwargs[key] = _fresh(value)
         return args, kwargs
 
@@ -191,9 +192,10 @@ def output_label(index, count):
     return "output" if count == 1 else f"output {index}"
 
 
-def run_op(case, prepared, leaves=None, fn=None):
-    """Call the op (or ``fn``) on fresh clones of the leaves; return flat outputs."""
-    args, kwargs = prepared.call_args(leaves)
+def run_op(case, prepared, leaves=None, fn=None, clone_leaves=True):
+    """Call the op (or ``fn``) on fresh clones of the leaves (on ``leaves`` themselves when the caller made them
+    for this call alone: ``clone_leaves=False``); return flat outputs."""
+    args, kwargs = prepared.call_args(leaves, clone_leaves=clone_leaves)
     try:
         result = (fn or case.call)(*args, **kwargs)
     except Exception as error:  # reported as the op's own failure
