@@ -141,7 +141,7 @@ class _Runner:
         self.leaves = prepared.leaves
         self.notes = []
         self.clone = False
-        args, kwargs = prepared.call_args(clone=False)
+        args, kwargs = prepared.call_args(clone_leaves=False, copy_mutable=False)
         try:
             outputs = self._outputs(call(*args, **kwargs))
         except RuntimeError as error:
@@ -167,7 +167,7 @@ class _Runner:
         return flatten_outputs(result)
 
     def _forward(self):
-        args, kwargs = self.prepared.call_args(clone=self.clone)
+        args, kwargs = self.prepared.call_args(clone_leaves=self.clone, copy_mutable=self.clone)
         try:
             return flatten_outputs(self.call(*args, **kwargs))
         except Exception as error:

@@ -81,9 +81,10 @@ class Prepared:
     complex_slots: frozenset = frozenset()  # leaves that are real views of complex arguments
 
 
-    def call_args(self, leaves=None, clone_leaves=True):
+    def call_args(self, leaves=None, clone_leaves=True, copy_mutable=True):
         """Arguments for one call, with ``leaves`` (default: own) in their slots: cloned, unless the caller made
-        them for this call alone (``clone_leaves=False``); every other argument is always a copy."""
+        them for this call alone (``clone_leaves=False``). Other tensors are always cloned; mutable non-tensor
+        arguments (lists, dicts) are copied unless ``copy_mutable=False`` (timed loops)."""
         leaves = self.leaves if leaves is None else leaves
         args, kwargs = list(self.args), dict(self.kwargs)
         for slot, leaf in zip(self.slots, leaves):
@@ -97,12 +98,12 @@ class Prepared:
         for position, value in enumerate(args):
             if isinstance(value, torch.Tensor) and position not in self.slots:
                 args[position] = value.clone()
-            elif position not in self.slots:
+            elif copy_mutable and position not in self.slots:
                 args[position] = _fresh(value)
         for key, value in kwargs.items():
             if isinstance(value, torch.Tensor) and key not in self.slots:
                 kwargs[key] = value.clone()
-            elif key not in self.slots:
+            elif copy_mutable and key not in self.slots:
                 kwargs[key] = _fresh(value)
         return args, kwargs
 
