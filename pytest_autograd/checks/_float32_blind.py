@@ -12,7 +12,8 @@ an op from a wrong one, so the check judges it in float32 instead.
 import torch
 
 from pytest_autograd.checks._float64_support import Plan, own_generator
-from pytest_autograd.engine.execution import OpRaised, flatten_outputs
+from pytest_autograd.engine.execution import OpRaised, floating_tensors
+from pytest_autograd.engine.outcomes import UsageProblem
 
 BELOW_FLOAT32 = 2.0 ** -27  # a relative move a quarter of float32's half-ulp: float32 rounds it away
 RESOLVED = 2.0 ** -12  # a relative move float32 resolves, small enough for a central difference
@@ -32,22 +33,22 @@ def float32_blind_plan(context, sample):
     is missing from the first (or adds a whole ulp to it). A sample the user gave in float64 asks for float64:
     not asked.
     """
-    if any(value.dtype == torch.float64 for value in _floating(sample)):
+    if any(value.dtype == torch.float64 for value in floating_tensors(sample)):
         return None
-    prepared = context.prepare(sample, dtype=torch.float64, requires_grad=False)
-    moved = _differentiated_slots(context, prepared)
+    prepared = context.prepare(sample, dtype=torch.float64)
+    if not prepared.leaves:
+        return None
     try:
         with torch.no_grad():
-            base = _float64_outputs(context, prepared, {}, 0.0)
-            if base is None or not _same(base, _float64_outputs(context, prepared, {}, 0.0)):
+            base = _outputs(context, prepared, [], 0.0)
+            if base is None or not _same(base, _outputs(context, prepared, [], 0.0)):
                 return None  # not the same twice (random numbers): no difference can be told from noise
             generator = own_generator()
-            shifts = {slot: 1.0 + torch.rand(_value(prepared, slot).shape, generator=generator,
-                                             dtype=torch.float64).to(_value(prepared, slot).device)
-                      for slot in moved}  # drawn on the CPU: the same direction on every device
+            shifts = [1.0 + torch.rand(leaf.shape, generator=generator, dtype=torch.float64).to(leaf.device)
+                      for leaf in prepared.leaves]  # drawn on the CPU: the same direction on every device
             tiny, resolved = (_central_difference(context, prepared, shifts, step)
                               for step in (BELOW_FLOAT32, RESOLVED))
-    except OpRaised:
+    except (OpRaised, UsageProblem):
         return None
     finally:
         context.dtype = None
@@ -76,8 +77,8 @@ def _apart(tiny, resolved):
 def _central_difference(context, prepared, shifts, step):
     """Per float64 output, ``(f(x * (1 + step * shift)) - f(x * (1 - step * shift))) / (2 * step)``, zero where
     not finite; None when the op returns no float64 output."""
-    plus = _float64_outputs(context, prepared, shifts, step)
-    minus = _float64_outputs(context, prepared, shifts, -step)
+    plus = _outputs(context, prepared, shifts, step)
+    minus = _outputs(context, prepared, shifts, -step)
     if plus is None or minus is None or len(plus) != len(minus):
         return None
     found = []
@@ -87,39 +88,13 @@ def _central_difference(context, prepared, shifts, step):
     return found
 
 
-def _floating(sample):
-    return [value for value in list(sample.args) + list(sample.kwargs.values())
-            if isinstance(value, torch.Tensor) and value.is_floating_point()]
-
-
-def _differentiated_slots(context, prepared):
-    return [slot for slot in list(range(len(prepared.args))) + list(prepared.kwargs)
-            if isinstance(_value(prepared, slot), torch.Tensor) and _value(prepared, slot).is_floating_point()
-            and slot not in context.case.constant_slots]
-
-
-def _value(prepared, slot):
-    return prepared.args[slot] if isinstance(slot, int) else prepared.kwargs[slot]
-
-
-def _float64_outputs(context, prepared, shifts, step):
-    """The op's float64 outputs with each argument in ``shifts`` multiplied by ``1 + step * shift``."""
-    args, kwargs = prepared.call_args(leaves=[])
-    for slot, shift in shifts.items():
-        value = _value(prepared, slot) * (1.0 + step * shift)
-        if isinstance(slot, int):
-            args[slot] = value
-        else:
-            kwargs[slot] = value
-    outputs = [o for o in flatten_outputs(_call(context, args, kwargs)) if o.dtype == torch.float64]
+def _outputs(context, prepared, shifts, step):
+    """The op's float64 outputs with each leaf multiplied by ``1 + step * shift`` (``shifts`` empty: as it is);
+    None without one."""
+    moved = [leaf.detach() * (1.0 + step * shift) for leaf, shift in zip(prepared.leaves, shifts)] if shifts \
+        else [leaf.detach().clone() for leaf in prepared.leaves]
+    outputs = [o for o in context.run_op(prepared, moved, clone_leaves=False) if o.dtype == torch.float64]
     return outputs or None
-
-
-def _call(context, args, kwargs):
-    try:
-        return context.case.call(*args, **kwargs)
-    except Exception as error:
-        raise OpRaised("forward", error) from error
 
 
 def _same(first, second):
