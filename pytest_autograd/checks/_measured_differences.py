@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from pytest_autograd.checks._numerical import DerivativeError, pick
+from pytest_autograd.checks._numerical import DerivativeError, pick, spent_graph
 from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
@@ -116,7 +116,7 @@ def _negated_grads(fn, leaves, diff, outputs, cotangents):
         try:
             return grads_of(outputs, leaves, flipped, retain_graph=True)
         except OpRaised as raised:
-            if not (isinstance(raised.error, RuntimeError) and "modified by an inplace operation" in str(raised.error)):
+            if not spent_graph(raised):
                 raise
     fresh = [leaf.detach().clone().requires_grad_(True) for leaf in leaves]
     with torch.enable_grad():

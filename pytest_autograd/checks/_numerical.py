@@ -123,10 +123,15 @@ def grads_again(outputs, leaves, cotangents, evaluator):
     try:
         return grads_of(outputs, leaves, cotangents, retain_graph=True)
     except OpRaised as raised:
-        if not (isinstance(raised.error, RuntimeError) and "modified by an inplace operation" in str(raised.error)):
+        if not spent_graph(raised):
             raise
         evaluator.spent_by_backward = True
         return evaluator.grads_on_a_fresh_graph(cotangents)
+
+
+def spent_graph(raised):
+    """Whether an OpRaised is torch refusing a backward through a graph whose saved tensors were written."""
+    return isinstance(raised.error, RuntimeError) and "modified by an inplace operation" in str(raised.error)
 
 
 def projected_difference(cotangents, first, second):
