@@ -86,21 +86,30 @@ def test_the_seed_and_a_rerun_command_are_printed_on_failure(pytester, run_pytes
     ], consecutive=True)
 
 
+def rerun_alone(run_pytest, first, item, *args):
+    """The run of ``item`` alone by the rerun command ``first`` printed for it."""
+    rerun = re.search(rf'rerun: pytest "([^"]+{re.escape(item)})" --autograd-seed=(\d+)', first.stdout.str())
+    second = run_pytest(rerun.group(1), f"--autograd-seed={rerun.group(2)}", *args)
+    second.assert_outcomes(failed=1)
+    return second
+
+
+def report_from(result, headline):
+    """The failure report starting at ``headline``, up to its rerun line."""
+    text = result.stdout.str()
+    start = text.index(headline)
+    return text[start:text.index("rerun:", start)]
+
+
 def test_the_rerun_command_reproduces_the_same_failure(pytester, run_pytest):
     pytester.makepyfile(test_failing=FAILING_TEST)
     first = run_pytest("--autograd-checks=gradcheck", "--autograd-seed=42")
     first.assert_outcomes(failed=1)
-    rerun = re.search(r'rerun: pytest "([^"]+gradcheck-cpu\])" --autograd-seed=(\d+)', first.stdout.str())
-    second = run_pytest(rerun.group(1), f"--autograd-seed={rerun.group(2)}")
-    second.assert_outcomes(failed=1)
+    second = rerun_alone(run_pytest, first, "[gradcheck-cpu]")
 
-    def report(result):
-        text = result.stdout.str()
-        start = text.index("does not match the numerical derivative")
-        return text[start:text.index("rerun:", start)]
-
-    assert report(second) == report(first)
-    assert "worst element: d output[" in report(second)
+    headline = "does not match the numerical derivative"
+    assert report_from(second, headline) == report_from(first, headline)
+    assert "worst element: d output[" in report_from(second, headline)
 
 
 def test_a_random_base_seed_is_shown_in_the_header_and_in_the_rerun_command(pytester, run_pytest):
@@ -208,17 +217,11 @@ def test_an_item_rerun_alone_reports_what_it_reported_after_the_items_before_it(
                                                           "op=LinearGradInputWrong, reference=torch.nn.functional.linear"))
     first = run_pytest("--autograd-checks=gradcheck,reference", "--autograd-seed=42", "--autograd-shrink=0")
     first.assert_outcomes(failed=2)
-    rerun = re.search(r'rerun: pytest "([^"]+reference-cpu\])" --autograd-seed=(\d+)', first.stdout.str())
-    second = run_pytest(rerun.group(1), f"--autograd-seed={rerun.group(2)}", "--autograd-shrink=0")
-    second.assert_outcomes(failed=1)
+    second = rerun_alone(run_pytest, first, "[reference-cpu]", "--autograd-shrink=0")
 
-    def report(result):
-        text = result.stdout.str()
-        start = text.index("differs from the reference")
-        return text[start:text.index("rerun:", start)]
-
-    assert report(second) == report(first)
-    assert "worst element: grad input[" in report(second)
+    headline = "differs from the reference"
+    assert report_from(second, headline) == report_from(first, headline)
+    assert "worst element: grad input[" in report_from(second, headline)
 
 
 FLOAT32_ONLY_TEST = """
