@@ -59,8 +59,9 @@ def _require_float32(*tensors):
             raise RuntimeError(f"gated_kernel: only float32 is supported, got {tensor.dtype}")
 
 
-def _gated_grads(x, w, grad, drop_product_term=False):
-    t = torch.tanh(w * x)
+def _gated_grads(x, w, grad, drop_product_term=False, t=None):
+    """Gradients of ``x * t`` with ``t = tanh(w * x)`` (``t``: that tanh when computed elsewhere)."""
+    t = torch.tanh(w * x) if t is None else t
     d_tanh = 1 - t * t
     grad_x = grad * (t if drop_product_term else t + x * w * d_tanh)
     grad_w = grad * x * x * d_tanh
@@ -122,15 +123,16 @@ class GatedMixedPrecision(Function):
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
-        return x * torch.tanh((w * x).float()).to(x.dtype)
+        return x * _tanh_in_float32(w * x)
 
     @classmethod
     def backward(cls, ctx, grad):
         x, w = ctx.saved_tensors
-        t = torch.tanh((w * x).float()).to(x.dtype)
-        d_tanh = 1 - t * t
-        grad_x = grad * (t if cls.drop_product_term else t + x * w * d_tanh)
-        return grad_x, grad * x * x * d_tanh
+        return _gated_grads(x, w, grad, cls.drop_product_term, t=_tanh_in_float32(w * x))
+
+
+def _tanh_in_float32(z):
+    return torch.tanh(z.float()).to(z.dtype)
 
 
 class GatedMixedPrecisionDroppedProductTerm(GatedMixedPrecision):
