@@ -44,13 +44,15 @@ EXHAUSTIVE_LIMIT = 1024  # elements in and out below which the full Jacobian is 
 
 def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL, rtol=RTOL, eps=EPS,
                           exhaustive_limit=EXHAUSTIVE_LIMIT, numerical_needs_grad=False, notes=None, outputs=None,
-                          judge_ties=True, nondifferentiable=()):
+                          judge_ties=True, nondifferentiable=(), precomputed=None):
     """Return the worst DerivativeError, or None when derivatives agree.
 
     Kinks and ties are added to ``notes`` (a KinkNotes), never reported as
     errors. ``outputs``: ``fn(leaves)`` when the caller already has it (with
     its graph), saving one evaluation. ``nondifferentiable``: positions of outputs the op declares
-    non-differentiable (see ``declared_nondifferentiable``), not judged.
+    non-differentiable (see ``declared_nondifferentiable``), not judged. ``precomputed`` (a
+    ``_numerical.Precomputed``): the cotangents, analytical gradients and first probes another computation of
+    the same sample made.
     """
     outputs = fn(leaves) if outputs is None else outputs
     diff = [k for k, out in enumerate(outputs) if out.is_floating_point() and k not in nondifferentiable]
@@ -60,10 +62,17 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
         return None
     notes = KinkNotes() if notes is None else notes
     evaluator = Evaluator(fn, leaves, diff, numerical_needs_grad)
-    cotangents = random_cotangents(outputs, generator)
-    # Copies: a memory-saving backward returns the very buffers forward saved, which its next run overwrites.
-    analytical = [g.clone() for g in grads_of(outputs, leaves, cotangents, retain_graph=True)]
+    if precomputed is not None and precomputed.cotangents is not None:
+        cotangents, analytical = precomputed.cotangents, precomputed.analytical
+    else:
+        cotangents = random_cotangents(outputs, generator)
+        # Copies: a memory-saving backward returns the very buffers forward saved, which its next run overwrites.
+        analytical = [g.clone() for g in grads_of(outputs, leaves, cotangents, retain_graph=True)]
     negated = _negated_grads(outputs, leaves, cotangents, analytical, evaluator, atol, rtol)
+    if precomputed is not None and evaluator.spent_by_backward and precomputed.on_spent is not None:
+        precomputed.on_spent()
+    if precomputed is not None and precomputed.eps not in (None, eps):
+        precomputed = None  # its probes moved by another step
     n_in = sum(leaf.numel() for leaf in leaves)
     n_out = sum(out.numel() for out in outputs)
     probe_kinks = notes.probe_kinks
@@ -71,7 +80,8 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
         found = exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, analytical, atol, rtol, eps,
                            notes)
     else:
-        found = probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes)
+        found = probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes,
+                        precomputed=precomputed)
         if found is not None:  # probes judge one cotangent: say when backward is not even linear in it
             mark_nonlinear(found, _odd_in_grad_output(leaves, names, cotangents, analytical, negated, atol, rtol))
     if found is None:

@@ -56,6 +56,21 @@ class DerivativeError:
                 f"{fmt(self.tolerance)}")
 
 
+@dataclass
+class Precomputed:
+    """What another computation of the same sample already made, so the derivative engine need not (see
+    ``_first_order``): the cotangents (one per judged output), the analytical gradients along them (one per leaf),
+    and the first probes' directions (flat over every leaf's elements) with ``at(k, sign)``, the judged outputs at
+    ``leaves + sign * eps * directions[k]``. ``on_spent()`` is told when backward turns out to spoil its graph."""
+
+    cotangents: list
+    analytical: list
+    directions: list = field(default_factory=list)
+    at: object = None
+    eps: float = None  # the step ``at`` was evaluated with
+    on_spent: object = None
+
+
 class Evaluator:
     """``fn`` at ``leaves + step``, where a step is a flat tensor over all leaves (or per-leaf parts)."""
 
@@ -63,6 +78,9 @@ class Evaluator:
         self.fn, self.diff, self.needs_grad = fn, diff, needs_grad
         # ``fn.on_fresh``, when given: ``fn`` on leaves made for that call alone, which it need not copy again
         self.on_fresh = getattr(fn, "on_fresh", None)
+        # ``fn.values_only``, when given: ``fn``'s values without the graph of its result (a backward needs grad
+        # mode to run, not to be differentiated again when only its values are compared)
+        self.values_only = getattr(fn, "values_only", fn)
         self.base = [leaf.detach() for leaf in leaves]
         self.sizes = [b.numel() for b in self.base]
         self.offsets = [0]
@@ -96,7 +114,7 @@ class Evaluator:
         with torch.set_grad_enabled(self.needs_grad):
             if self.needs_grad:
                 moved = [m.detach().requires_grad_(True) for m in moved]
-            outputs = self.fn(moved)
+            outputs = self.values_only(moved)
         return [outputs[k].detach() for k in self.diff]
 
     def at_flat(self, flat_step):

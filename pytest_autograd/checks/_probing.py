@@ -30,7 +30,7 @@ from pytest_autograd.checks._patterns import (
     as_said,
     worth_naming,
 )
-from pytest_autograd.engine.draws import uniform
+from pytest_autograd.engine.draws import probe_direction
 from pytest_autograd.results.compare import fmt_index
 
 PROBES = 3  # independent whole-input directions
@@ -38,15 +38,18 @@ NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-differen
 OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
 
 
-def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes):
-    """The worst DerivativeError found by whole-input probes, or None."""
+def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes, precomputed=None):
+    """The worst DerivativeError found by whole-input probes, or None. ``precomputed`` (a Precomputed): the
+    first probes' directions and evaluations, made by another computation of the same sample."""
     n = evaluator.numel
     if n == 0:
         return None
     f0 = [out.detach() for out in outputs]
     g = torch.cat([a.detach().reshape(-1).to(torch.float64) for a in analytical])
     prober = _Prober(evaluator, f0, cotangents, g, eps, atol, rtol)
-    probes = [prober.probe(_direction(n, generator, evaluator)) for _ in range(PROBES)]
+    given = list(precomputed.directions)[:PROBES] if precomputed is not None else []
+    probes = [prober.probe(d, evaluated=lambda sign, k=k: precomputed.at(k, sign)) for k, d in enumerate(given)]
+    probes += [prober.probe(probe_direction(n, generator, evaluator.device)) for _ in range(PROBES - len(given))]
     if all(abs(p.residual) <= atol for p in probes):  # within atol: no tolerance can be tighter
         return None
     worst = max(probes, key=lambda p: _magnitude(p.residual))
@@ -173,29 +176,26 @@ class _Prober:
         self.atol, self.rtol = atol, rtol
         self.count = 0
 
-    def differences(self, direction, eps):
-        """Central, right and left differences of <v, fn> along ``direction``."""
+    def differences(self, direction, eps, evaluated=None):
+        """Central, right and left differences of <v, fn> along ``direction``. ``evaluated(sign)``: fn at
+        ``leaves + sign * eps * direction``, evaluated already."""
         self.count += 1
-        step = (eps * direction).to(self.evaluator.dtype)
         v = self.cotangents
-        right = projected_difference(v, self.evaluator.at_flat(step), self.f0) / eps
-        left = projected_difference(v, self.f0, self.evaluator.at_flat(step.neg_())) / eps
+        if evaluated is None:
+            step = (eps * direction).to(self.evaluator.dtype)
+            evaluated = lambda sign: self.evaluator.at_flat(step if sign > 0 else step.neg_())  # noqa: E731
+        right = projected_difference(v, evaluated(1), self.f0) / eps
+        left = projected_difference(v, self.f0, evaluated(-1)) / eps
         return (right + left) / 2, right, left
 
-    def probe(self, direction):
-        central, right, left = self.differences(direction, self.eps)
+    def probe(self, direction, evaluated=None):
+        central, right, left = self.differences(direction, self.eps, evaluated)
         return _Probe(direction, float(self.g @ direction), central, right, left)
 
     def residual_on(self, direction, start, stop):
         part = torch.zeros_like(direction)
         part[start:stop] = direction[start:stop]
         return self.probe(part).residual
-
-
-def _direction(n, generator, evaluator):
-    """Random signs and magnitudes in [1, 2]: u + sign(u) for u uniform in (-1, 1)."""
-    u = uniform((n,), generator).mul_(2).sub_(1)
-    return u.add_(u.sign()).to(evaluator.device)
 
 
 def _magnitude(value):

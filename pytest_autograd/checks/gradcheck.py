@@ -15,7 +15,9 @@ from pytest_autograd.checks._derivatives import (
     find_derivative_error,
     marker_tolerances,
 )
+from pytest_autograd.checks._first_order import first_order
 from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._numerical import Precomputed
 from pytest_autograd.checks._hints import derivative_details, derivative_hint
 from pytest_autograd.checks._loci import derivative_locus
 from pytest_autograd.checks._low_precision import judge_first_derivatives
@@ -54,13 +56,14 @@ class GradCheck(Check):
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
                 continue
-            outputs = context.run_op(prepared)
+            shared = first_order(context, index, prepared, second=second_derivatives_follow(context))
+            prepared, outputs = shared.prepared, shared.outputs
             output_names = [output_label(k, len(outputs)) for k in range(len(outputs))]
             if not any(out.is_floating_point() for out in outputs):
                 continue
 
             def fn(leaves):
-                return context.run_op(prepared, leaves)
+                return context.run_op(prepared, leaves)  # noqa: B023
 
             fn.on_fresh = lambda leaves: context.run_op(prepared, leaves, clone_leaves=False)  # noqa: B023
 
@@ -70,7 +73,8 @@ class GradCheck(Check):
                              "its gradient is not judged")
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
-                notes=notes, outputs=outputs, nondifferentiable=declared, **marker_tolerances(context.case),
+                notes=notes, outputs=outputs, nondifferentiable=declared, precomputed=_precomputed(context, shared),
+                **marker_tolerances(context.case),
             )
             notes.flush(context)
             if error is not None:
@@ -89,6 +93,33 @@ class GradCheck(Check):
 
 
 check = GradCheck()
+
+
+def second_derivatives_follow(context):
+    """Whether gradgradcheck judges this case on this device after gradcheck (its share of the work is then
+    done with gradcheck's): the run names it, and it applies."""
+    from pytest_autograd.checks.gradgradcheck import check as gradgradcheck
+
+    run = context.case.run_options
+    return run is not None and gradgradcheck.name in (run.checks or ()) and \
+        gradgradcheck.applies(context.case, context.device) is None
+
+
+def _precomputed(context, shared):
+    """gradcheck's view of the sample's FirstOrder: its cotangents and gradients (copies: a memory-saving backward
+    returns the buffers its next run overwrites) and its probes' forwards."""
+    floating = [k for k, out in enumerate(shared.outputs) if out.is_floating_point()
+                and k not in declared_nondifferentiable(context.case, shared.outputs)]
+
+    def spent():
+        shared.spent = True
+
+    return Precomputed(
+        cotangents=[shared.cotangents[k].detach() if k in shared.cotangents else None for k in floating],
+        analytical=[g.detach().clone() for g in shared.gradients()],
+        directions=shared.directions, eps=shared.eps, on_spent=spent,
+        at=lambda k, sign: [shared.forward_at(k, sign)[j] for j in floating],
+    )
 
 
 def _float32_hint(context, sample):

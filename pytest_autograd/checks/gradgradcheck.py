@@ -19,12 +19,13 @@ from pytest_autograd.checks._derivatives import (
     find_derivative_error,
     marker_tolerances,
 )
+from pytest_autograd.checks._first_order import first_order, let_go
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._low_precision import judge_second_derivatives
 from pytest_autograd.checks._hints import derivative_details
 from pytest_autograd.checks._hygiene import written_by_backward
 from pytest_autograd.checks._loci import derivative_locus
-from pytest_autograd.checks._numerical import spent_graph
+from pytest_autograd.checks._numerical import Precomputed, spent_graph
 from pytest_autograd.checks._saved_intermediates import frozen_explains, saved_intermediate_hint
 from pytest_autograd.checks._second_derivative_hints import (
     DOUBLE_BACKWARD_HINT,
@@ -83,10 +84,6 @@ class GradGradCheck(Check):
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
                 continue
-            outputs = context.run_op(prepared)
-            differentiable = differentiable_indices(outputs)
-            if not differentiable:
-                continue
             first_grads_require_grad = []
             declared_once = []  # an @once_differentiable part inside the op (e.g. a plain function calling one)
 
@@ -94,11 +91,25 @@ class GradGradCheck(Check):
                 first_grads_require_grad.append([g is not None and g.requires_grad for g in grads])
                 declared_once.append(any(_reaches_error_node(g) for g in grads if g is not None))
 
-            backward, leaves, leaf_names = _backward_function(context, prepared, outputs, differentiable, record)
+            differentiable = []
             try:
+                shared = first_order(context, index, prepared, second=True)
+                let_go(context, index)  # nothing after this check wants it
+                prepared, outputs = shared.prepared, shared.outputs
+                differentiable = differentiable_indices(outputs)
+                if not differentiable:
+                    continue
+                if shared.second and not shared.spent:
+                    backward, leaves, leaf_names, first, precomputed = _from_first_order(
+                        context, shared, differentiable, record)
+                else:  # its graphs were not kept, or backward spoiled them: everything anew
+                    backward, leaves, leaf_names = _backward_function(context, prepared, outputs, differentiable,
+                                                                      record)
+                    first, precomputed = None, None
                 error = find_derivative_error(
                     backward, leaves, leaf_names, [f"grad {name}" for name in prepared.names], context.generator,
-                    numerical_needs_grad=True, notes=notes, **marker_tolerances(context.case),
+                    numerical_needs_grad=True, notes=notes, outputs=first, precomputed=precomputed,
+                    **marker_tolerances(context.case),
                 )
                 notes.flush(context)
             except OpRaised as raised:
@@ -203,6 +214,22 @@ def _backward_function(context, prepared, outputs, differentiable, on_grads=None
     return backward, list(prepared.leaves) + cotangent_leaves, leaf_names
 
 
+def _from_first_order(context, shared, differentiable, on_grads):
+    """``(backward, leaves, names, first gradients, Precomputed)`` from the sample's FirstOrder: its cotangents
+    are the backward's cotangent leaves, its first gradients (with their graph) the backward's value there, and
+    its probe evaluations (made with gradcheck's, when it ran) those of the first probes."""
+    prepared, outputs = shared.prepared, shared.outputs
+    names = [output_label(k, len(outputs)) for k in range(len(outputs))]
+    cotangent_leaves = shared.second_cotangents()
+    leaves = list(prepared.leaves) + cotangent_leaves
+    leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
+    on_grads(shared.raw_grads)
+    precomputed = Precomputed(cotangents=None, analytical=None, directions=shared.both_directions,
+                              at=shared.backward_at, eps=shared.eps)
+    return _make_backward(context, prepared, differentiable, on_grads), leaves, leaf_names, shared.gradients(), \
+        precomputed
+
+
 def _make_backward(context, prepared, differentiable, on_grads=None, around_forward=None):
     """``leaves -> first gradients``, leaves being the inputs then one cotangent per differentiable output.
 
@@ -211,20 +238,26 @@ def _make_backward(context, prepared, differentiable, on_grads=None, around_forw
     """
     n_inputs = len(prepared.leaves)
 
-    def backward(leaves):
+    def first_gradients(leaves, create_graph):
         inputs, cotangents = leaves[:n_inputs], leaves[n_inputs:]
         run = lambda: context.run_op(prepared, inputs)  # noqa: E731
         outs = run() if around_forward is None else around_forward(run)
         pairs = [(outs[k], c) for k, c in zip(differentiable, cotangents) if outs[k].requires_grad]
         try:
             grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
-                                        create_graph=True, allow_unused=True)
+                                        create_graph=create_graph, allow_unused=True)
         except Exception as error:
             raise OpRaised("backward", error) from error
-        if on_grads is not None:
+        if create_graph and on_grads is not None:
             on_grads(grads)
         return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
 
+    def backward(leaves):
+        return first_gradients(leaves, create_graph=True)
+
+    # The numerical second derivatives need the first gradients' values only: no graph of the backward is built
+    # for them (recording it costs a third of a backward more, at every evaluation).
+    backward.values_only = lambda leaves: first_gradients(leaves, create_graph=False)
     return backward
 
 

@@ -12,6 +12,7 @@ It returns one :class:`Outcome` per check and device, and raises only
 call (an unknown check, option or device, samples that are not tensors).
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from pytest_autograd.checks.base import CheckContext
@@ -94,8 +95,10 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
     devices = devices_option(devices, "devices=")
     raw = samples if samples is not None else Sample(*args)
     case = build_case({"op": op, "reference": reference, **options}, normalise_samples(raw, "autograd_check"))
+    case.shared_seed = item_seed(seed, "shared")
     case.run_options = run_options or RunOptions(seconds=DEFAULT_SECONDS, devices=tuple(devices),
                                                  shrink_seconds=shrink, repro_dir=None if repro is None else str(repro))
+    case.run_options = dataclasses.replace(case.run_options, checks=tuple(names))
     outcomes = []
     for device in devices:
         problem = device_problem(device)

@@ -69,6 +69,7 @@ class RunOptions:
     bench: object = None  # the bench session's state (pytest_autograd.bench.state.BenchState); None: benchmarks off
     shrink_seconds: Optional[float] = DEFAULT_SHRINK_SECONDS  # shrinking a failing sample; None or 0: off
     repro_dir: Optional[str] = None  # where a failure's stand-alone script is written; None: not written
+    checks: Optional[tuple] = None  # the checks run on each case, in order (run_checks); None: one check a case
 
 
 @dataclass
@@ -90,6 +91,9 @@ class OpCase:
     # Names the cases one test makes (pytest: one per check and device, each from its own run of the test body),
     # so that facts about the op, e.g. whether it runs in float64, are found once per test; None: this case only.
     shared_by: object = None
+    # The seed of what the checks of those cases compute once for all of them (see checks/_first_order); None:
+    # each check's own.
+    shared_seed: object = None
 
     def call(self, *args, **kwargs):
         return call_op(self.op, args, kwargs)

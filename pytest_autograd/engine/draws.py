@@ -34,3 +34,13 @@ def normal_like(shape, generator, device, dtype):
     if math.prod(shape) >= LARGE_DRAW and dtype == torch.float32:
         return torch.randn(shape, generator=generator, dtype=torch.float32).to(device)
     return normal(shape, generator).to(device=device, dtype=dtype)
+
+
+def probe_direction(n, generator, device):
+    """A probe's direction over ``n`` elements: random signs and magnitudes in [1, 2] (``u + sign(u)`` for ``u``
+    uniform in (-1, 1)), in float64 on ``device``; a large one is shaped in float32 before it is widened."""
+    if n < LARGE_DRAW:
+        u = torch.rand((n,), generator=generator, dtype=torch.float64).mul_(2).sub_(1)
+        return u.add_(u.sign()).to(device)
+    u = torch.rand((n,), generator=generator, dtype=torch.float32).mul_(2).sub_(1)
+    return u.add_(u.sign()).to(device=device, dtype=torch.float64)

@@ -1,0 +1,167 @@
+"""What gradcheck and gradgradcheck both compute on one float64 sample, computed once.
+
+On a large sample both checks are mostly calls of the op. gradcheck runs
+the forward at the sample ``x`` with a random cotangent ``v`` (its
+analytical gradient ``J^T v``) and at ``x +- eps d_k`` along a few random
+directions (its probes). gradgradcheck differentiates the backward
+``(x, v) -> J^T v``: its value at the sample is that same analytical
+gradient, and its probes need the backward at ``(x +- eps d_k, v +- eps
+u_k)``, after the very forwards gradcheck's probes ran.
+
+A :class:`FirstOrder` holds them for one sample and device: the float64
+leaves, the forward's outputs and the first gradients (with their graph
+while gradgradcheck is to come), and, at each probe's point, the forward's
+outputs and, for gradgradcheck, the backward's values there (the forward's
+graph is dropped at once: holding six graphs costs more in fresh memory
+than running the forwards again). Its draws (``v``, the ``d_k`` and the
+``u_k``) come from a generator of its own, seeded by the run, not by the
+check, so a check's verdict is the same whether it found the work done or
+did it itself.
+
+The checks of one ``run_checks`` call (the fixtures, the model scan, a
+script) share one case, and so one FirstOrder per sample and device.
+Under pytest every check is an item of its own that draws its own sample
+values: nothing is shared there, and nothing is computed for another item.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from pytest_autograd.engine.draws import probe_direction
+from pytest_autograd.engine.execution import OpRaised, declared_nondifferentiable, random_cotangents, run_op
+from pytest_autograd.engine.seeding import item_seed
+
+PROBE_DIRECTIONS = 3  # the probes whose evaluations are shared (_probing.PROBES)
+EPS = 1e-6  # their step (_derivatives.EPS)
+
+
+@dataclass
+class FirstOrder:
+    """One float64 sample's forward, first gradients and probe evaluations (see the module's docstring)."""
+
+    context: object  # the first check's context: the case, the device
+    prepared: object  # the float64 Prepared: leaves and the arguments around them
+    outputs: list  # the forward at the sample, with its graph
+    cotangents: dict  # output position -> the random cotangent v (a leaf requiring grad while second ones follow)
+    raw_grads: list  # J^T v as autograd returned it (None: unused leaf), with its graph while second ones follow
+    directions: list  # flat directions over the leaves, one per shared probe
+    second_directions: list  # flat directions over the cotangents of the differentiated outputs (gradgradcheck's)
+    second: bool  # gradgradcheck is to come: its share is computed with gradcheck's
+    both_directions: list = None  # gradgradcheck's: the directions, then the second ones, in one tensor each
+    spent: bool = False  # a backward wrote into what the forward saved: the first gradients' graph is spoilt
+    eps: float = EPS
+    _backwards: dict = field(default_factory=dict)  # (k, sign) -> first gradients there, or the OpRaised
+
+    @property
+    def leaves(self):
+        return self.prepared.leaves
+
+    def gradients(self):
+        """``J^T v`` per leaf, zeros for an unused leaf (with the graph while second derivatives follow)."""
+        return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(self.leaves, self.raw_grads)]
+
+    def second_cotangents(self):
+        """The cotangents gradgradcheck differentiates the backward in: those of the outputs that require grad."""
+        return [c for k, c in self.cotangents.items() if self.outputs[k].requires_grad]
+
+    def forward_at(self, k, sign):
+        """Detached outputs at ``x + sign * eps * d_k`` (gradgradcheck's backward there is run too, when it
+        follows)."""
+        return self._evaluate(k, sign)
+
+    def backward_at(self, k, sign):
+        """The first gradients at ``(x, v) + sign * eps * (d_k, u_k)``, handed over once (evaluated now when
+        gradcheck did not)."""
+        if (k, sign) not in self._backwards:
+            self._evaluate(k, sign)
+        found = self._backwards.pop((k, sign))
+        if isinstance(found, OpRaised):
+            raise found
+        return found
+
+    def _evaluate(self, k, sign):
+        moved = _moved(self.leaves, self.directions[k], sign * self.eps)
+        case = self.context.case
+        if not self.second:
+            with torch.no_grad():
+                return [out.detach() for out in run_op(case, self.prepared, moved, clone_leaves=False)]
+        moved = [m.requires_grad_(True) for m in moved]
+        with torch.enable_grad():
+            outputs = run_op(case, self.prepared, moved)
+        values = [out.detach() for out in outputs]
+        differentiated = [j for j in self.cotangents if self.outputs[j].requires_grad]
+        moved_cotangents = _moved(self.second_cotangents(), self.second_directions[k], sign * self.eps)
+        pairs = [(outputs[j], c) for j, c in zip(differentiated, moved_cotangents) if outputs[j].requires_grad]
+        try:
+            grads = torch.autograd.grad([o for o, _ in pairs], moved, [c for _, c in pairs], allow_unused=True)
+            self._backwards[(k, sign)] = [torch.zeros_like(m) if g is None else g.detach()
+                                          for m, g in zip(moved, grads)]
+        except Exception as error:  # gradgradcheck's to report, if it asks
+            self._backwards[(k, sign)] = OpRaised("backward", error)
+        return values
+
+
+
+def first_order(context, index, prepared, second):
+    """The FirstOrder of sample number ``index``, ``prepared`` in float64 on the context's device: the one an
+    earlier check of this run computed, else computed now. ``second``: gradgradcheck is to come and shares
+    the work (its graphs are kept, its evaluations made with gradcheck's)."""
+    kept = context.case.__dict__.setdefault("_first_orders", {})
+    key = (index, str(context.device))
+    if key in kept:
+        return kept[key]
+    generator = torch.Generator().manual_seed(_seed(context, index))
+    with torch.enable_grad():
+        outputs = run_op(context.case, prepared)
+        declared = declared_nondifferentiable(context.case, outputs)
+        positions = [k for k, out in enumerate(outputs) if out.is_floating_point() and k not in declared]
+        drawn = random_cotangents([outputs[k] for k in positions], generator)
+        cotangents = {k: (c.requires_grad_(True) if second else c) for k, c in zip(positions, drawn) if c is not None}
+        raw = _first_grads(outputs, prepared.leaves, cotangents, create_graph=second)
+    numel = sum(leaf.numel() for leaf in prepared.leaves)
+    second_numel = sum(c.numel() for k, c in cotangents.items() if outputs[k].requires_grad) if second else 0
+    # one draw per probe over the leaves and (for gradgradcheck) the cotangents: its direction, and two views
+    drawn = [probe_direction(numel + second_numel, generator, prepared.leaves[0].device)
+             for _ in range(PROBE_DIRECTIONS)]
+    made = FirstOrder(context, prepared, outputs, cotangents, raw, [d[:numel] for d in drawn],
+                      [d[numel:] for d in drawn] if second else [], second, both_directions=drawn)
+    if second:
+        kept[key] = made  # for gradgradcheck, which lets it go
+    return made
+
+
+def let_go(context, index):
+    """Forget sample ``index``'s FirstOrder on the context's device: its last user is done with it."""
+    context.case.__dict__.get("_first_orders", {}).pop((index, str(context.device)), None)
+
+
+def _first_grads(outputs, leaves, cotangents, create_graph):
+    pairs = [(outputs[k], c) for k, c in cotangents.items() if outputs[k].requires_grad]
+    if not pairs or not leaves:
+        return [None] * len(leaves)
+    from pytest_autograd.engine.backward_only import autograd_grad
+
+    try:
+        return list(autograd_grad([o for o, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True,
+                                  create_graph=create_graph, retain_graph=True))
+    except Exception as error:
+        raise OpRaised("backward", error) from error
+
+
+def _seed(context, index):
+    base = context.case.shared_seed
+    return item_seed(context.seed if base is None else base, f"first-order:{context.device}:{index}")
+
+
+def _moved(tensors, direction, step):
+    """``tensors + step * direction``, ``direction`` flat over all of them: one pass each, no step tensor."""
+    moved, start = [], 0
+    for tensor in tensors:
+        part = direction[start:start + tensor.numel()].view(tensor.shape)
+        moved.append(torch.add(tensor.detach(), part, alpha=step))
+        start += tensor.numel()
+    return moved
+
+
+__all__ = ["FirstOrder", "first_order", "let_go"]
