@@ -17,7 +17,7 @@ On a large sample (its largest tensor over ``CUT_ELEMENTS``), each size's
 variants are taken with the *other* sizes cut (halved, never below
 ``CUT_FLOOR``) until the sample without the change fits: ``x`` of
 ``(4096, 1024)`` is tried at 4097 rows of 16 columns and at 1025 columns of
-64 rows. A tail, a missing program, a split boundary or a squeezed dim shows
+16 rows. A tail, a missing program, a split boundary or a squeezed dim shows
 at any number of rows, so each variant costs a few thousand elements, not a
 few million; the sample's own sizes are the other checks' to judge. A size
 already spanning several blocks (``LARGE_FLOOR`` or more) gets no
@@ -38,7 +38,7 @@ PRIORITY = (PLUS_ONE, MINUS_ONE, ONE, ODD, LARGE, DECLARED)  # judged in this or
 LARGE_FLOOR = 2048  # the several-blocks size is at least this (+3): it spans blocks of up to 1024 elements
 LARGE_ELEMENTS = 1 << 18  # ... unless a tensor would then exceed this many elements (or 4x the sample's largest; the
 # other sizes of a variant, twice it)
-CUT_ELEMENTS = 1 << 16  # a sample larger than this has its other sizes cut for each size's variants ...
+CUT_ELEMENTS = 1 << 14  # a sample larger than this has its other sizes cut for each size's variants ...
 CUT_FLOOR = 16  # ... each halved while it stays at least this
 JITTER = (0.05, 0.3)  # repeated floating values move this fraction of the way towards their range's middle
 

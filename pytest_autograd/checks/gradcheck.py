@@ -15,8 +15,7 @@ from pytest_autograd.checks._derivatives import (
     find_derivative_error,
     marker_tolerances,
 )
-from pytest_autograd.checks._first_order import first_order
-from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._first_order import plan_and_first_order
 from pytest_autograd.checks._numerical import Precomputed
 from pytest_autograd.checks._hints import derivative_details, derivative_hint
 from pytest_autograd.checks._loci import derivative_locus
@@ -49,14 +48,12 @@ class GradCheck(Check):
     def run(self, context):
         notes = KinkNotes()
         for index, sample in context.samples():
-            plan = float64_plan(context, sample)
+            plan, shared = plan_and_first_order(context, index, sample, second=second_derivatives_follow(context))
             if plan is not None:
                 judge_first_derivatives(context, sample, plan)
                 continue
-            prepared = context.prepare(sample, dtype=torch.float64)
-            if not prepared.leaves:
+            if shared is None:  # no differentiable argument in this sample
                 continue
-            shared = first_order(context, index, prepared, second=second_derivatives_follow(context))
             prepared, outputs = shared.prepared, shared.outputs
             output_names = [output_label(k, len(outputs)) for k in range(len(outputs))]
             if not any(out.is_floating_point() for out in outputs):
