@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pytest_autograd.checks._derivatives import EPS
+from pytest_autograd.checks._probing import PROBES
 from pytest_autograd.engine.draws import probe_direction
 from pytest_autograd.engine.execution import OpRaised, declared_nondifferentiable, random_cotangents, run_op
 from pytest_autograd.engine.seeding import item_seed
-
-PROBE_DIRECTIONS = 3  # the probes whose evaluations are shared (_probing.PROBES)
-EPS = 1e-6  # their step (_derivatives.EPS)
 
 
 @dataclass
@@ -45,10 +44,10 @@ class FirstOrder:
     outputs: list  # the forward at the sample, with its graph
     cotangents: dict  # output position -> the random cotangent v (a leaf requiring grad while second ones follow)
     raw_grads: list  # J^T v as autograd returned it (None: unused leaf), with its graph while second ones follow
-    directions: list  # flat directions over the leaves, one per shared probe
-    second_directions: list  # flat directions over the cotangents of the differentiated outputs (gradgradcheck's)
+    # One flat direction per shared probe: over the leaves (gradcheck's, ``d_k``), then, while second derivatives
+    # follow, over the cotangents of the outputs that require grad (``u_k``; gradgradcheck's is the whole).
+    drawn: list
     second: bool  # gradgradcheck is to come: its share is computed with gradcheck's
-    both_directions: list = None  # gradgradcheck's: the directions, then the second ones, in one tensor each
     spent: bool = False  # a backward wrote into what the forward saved: the first gradients' graph is spoilt
     eps: float = EPS
     _backwards: dict = field(default_factory=dict)  # (k, sign) -> first gradients there, or the OpRaised
@@ -56,6 +55,12 @@ class FirstOrder:
     @property
     def leaves(self):
         return self.prepared.leaves
+
+    @property
+    def directions(self):
+        """gradcheck's directions ``d_k``, over the leaves."""
+        numel = sum(leaf.numel() for leaf in self.leaves)
+        return [d[:numel] for d in self.drawn]
 
     def gradients(self):
         """``J^T v`` per leaf, zeros for an unused leaf (with the graph while second derivatives follow)."""
@@ -81,7 +86,8 @@ class FirstOrder:
         return found
 
     def _evaluate(self, k, sign):
-        moved = _moved(self.leaves, self.directions[k], sign * self.eps)
+        numel = sum(leaf.numel() for leaf in self.leaves)
+        moved = _moved(self.leaves, self.drawn[k][:numel], sign * self.eps)
         case = self.context.case
         if not self.second:
             with torch.no_grad():
@@ -91,7 +97,7 @@ class FirstOrder:
             outputs = run_op(case, self.prepared, moved)
         values = [out.detach() for out in outputs]
         differentiated = [j for j in self.cotangents if self.outputs[j].requires_grad]
-        moved_cotangents = _moved(self.second_cotangents(), self.second_directions[k], sign * self.eps)
+        moved_cotangents = _moved(self.second_cotangents(), self.drawn[k][numel:], sign * self.eps)
         pairs = [(outputs[j], c) for j, c in zip(differentiated, moved_cotangents) if outputs[j].requires_grad]
         try:
             grads = torch.autograd.grad([o for o, _ in pairs], moved, [c for _, c in pairs], allow_unused=True)
@@ -102,11 +108,10 @@ class FirstOrder:
         return values
 
 
-
 def first_order(context, index, prepared, second):
     """The FirstOrder of sample number ``index``, ``prepared`` in float64 on the context's device: the one an
     earlier check of this run computed, else computed now. ``second``: gradgradcheck is to come and shares
-    the work (its graphs are kept, its evaluations made with gradcheck's)."""
+    the work (the first gradients keep their graph, its evaluations are made with gradcheck's)."""
     kept = context.case.__dict__.setdefault("_first_orders", {})
     key = (index, str(context.device))
     if key in kept:
@@ -121,11 +126,8 @@ def first_order(context, index, prepared, second):
         raw = _first_grads(outputs, prepared.leaves, cotangents, create_graph=second)
     numel = sum(leaf.numel() for leaf in prepared.leaves)
     second_numel = sum(c.numel() for k, c in cotangents.items() if outputs[k].requires_grad) if second else 0
-    # one draw per probe over the leaves and (for gradgradcheck) the cotangents: its direction, and two views
-    drawn = [probe_direction(numel + second_numel, generator, prepared.leaves[0].device)
-             for _ in range(PROBE_DIRECTIONS)]
-    made = FirstOrder(context, prepared, outputs, cotangents, raw, [d[:numel] for d in drawn],
-                      [d[numel:] for d in drawn] if second else [], second, both_directions=drawn)
+    drawn = [probe_direction(numel + second_numel, generator, prepared.leaves[0].device) for _ in range(PROBES)]
+    made = FirstOrder(context, prepared, outputs, cotangents, raw, drawn, second)
     if second:
         kept[key] = made  # for gradgradcheck, which lets it go
     return made
@@ -189,4 +191,4 @@ def _moved(tensors, direction, step):
     return moved
 
 
-__all__ = ["FirstOrder", "first_order", "let_go"]
+__all__ = ["FirstOrder", "first_order", "let_go", "plan_and_first_order"]

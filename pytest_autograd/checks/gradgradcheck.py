@@ -102,7 +102,7 @@ class GradGradCheck(Check):
                 if shared.second and not shared.spent:
                     backward, leaves, leaf_names, first, precomputed = _from_first_order(
                         context, shared, differentiable, record)
-                else:  # its graphs were not kept, or backward spoiled them: everything anew
+                else:  # made without gradgradcheck's share, or backward spoiled its graph: everything anew
                     backward, leaves, leaf_names = _backward_function(context, prepared, outputs, differentiable,
                                                                       record)
                     first, precomputed = None, None
@@ -206,28 +206,30 @@ def _backward_function(context, prepared, outputs, differentiable, on_grads=None
 
     ``on_grads`` sees each call's raw gradients (before unused ones become zeros).
     """
-    names = [output_label(k, len(outputs)) for k in range(len(outputs))]
     cotangent_leaves = [c.requires_grad_(True) for c in
                         random_cotangents([outputs[k] for k in differentiable], context.generator)]
     backward = _make_backward(context, prepared, differentiable, on_grads)
-    leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
-    return backward, list(prepared.leaves) + cotangent_leaves, leaf_names
+    return backward, list(prepared.leaves) + cotangent_leaves, _leaf_names(prepared, outputs, differentiable)
+
+
+def _leaf_names(prepared, outputs, differentiable):
+    """The backward's arguments by name: the op's, then ``grad_output`` (``grad_output0``, ...) per differentiated
+    output."""
+    names = [output_label(k, len(outputs)) for k in range(len(outputs))]
+    return prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
 
 
 def _from_first_order(context, shared, differentiable, on_grads):
     """``(backward, leaves, names, first gradients, Precomputed)`` from the sample's FirstOrder: its cotangents
     are the backward's cotangent leaves, its first gradients (with their graph) the backward's value there, and
     its probe evaluations (made with gradcheck's, when it ran) those of the first probes."""
-    prepared, outputs = shared.prepared, shared.outputs
-    names = [output_label(k, len(outputs)) for k in range(len(outputs))]
-    cotangent_leaves = shared.second_cotangents()
-    leaves = list(prepared.leaves) + cotangent_leaves
-    leaf_names = prepared.names + [f"grad_{names[k].replace(' ', '')}" for k in differentiable]
+    prepared = shared.prepared
+    leaves = list(prepared.leaves) + shared.second_cotangents()
     on_grads(shared.raw_grads)
-    precomputed = Precomputed(cotangents=None, analytical=None, directions=shared.both_directions,
+    precomputed = Precomputed(cotangents=None, analytical=None, directions=shared.drawn,
                               at=shared.backward_at, eps=shared.eps)
-    return _make_backward(context, prepared, differentiable, on_grads), leaves, leaf_names, shared.gradients(), \
-        precomputed
+    return _make_backward(context, prepared, differentiable, on_grads), leaves, \
+        _leaf_names(prepared, shared.outputs, differentiable), shared.gradients(), precomputed
 
 
 def _make_backward(context, prepared, differentiable, on_grads=None, around_forward=None):
