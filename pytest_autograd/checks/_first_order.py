@@ -137,7 +137,13 @@ def plan_and_first_order(context, index, sample, second):
     """``(plan, FirstOrder)`` of sample number ``index``: the ``float64_plan`` (None: judged in float64) and, when
     it is None and the sample has a differentiable argument, the sample's FirstOrder. An op whose float64 forward
     and backward run, with float64 outputs, needs no trial of its own for the plan: the FirstOrder is that trial."""
-    from pytest_autograd.checks._float64_support import adopt, declared_dtypes, float64_plan, plan_known
+    from pytest_autograd.checks._float64_support import (
+        adopt,
+        declared_dtypes,
+        float64_plan,
+        plan_after_raising,
+        plan_known,
+    )
 
     declared = declared_dtypes(context.case)
     if not plan_known(context, sample) and (declared is None or torch.float64 in declared):
@@ -146,9 +152,12 @@ def plan_and_first_order(context, index, sample, second):
             return float64_plan(context, sample), None
         try:
             made = first_order(context, index, prepared, second)
-        except OpRaised:  # the plan's own trial tells which dtype runs, or reports the error
-            made = None
-        if made is not None and all(out.dtype == torch.float64 for out in made.outputs if out.is_floating_point()):
+        except OpRaised as raised:  # the lower dtype it runs in, if any; else the float64 path reports the error
+            plan = plan_after_raising(context, sample, raised)
+            if plan is not None:
+                return plan, None
+            return None, first_order(context, index, context.prepare(sample, dtype=torch.float64), second)
+        if all(out.dtype == torch.float64 for out in made.outputs if out.is_floating_point()):
             adopt(context, sample, None)
             return None, made
     plan = float64_plan(context, sample)

@@ -157,16 +157,31 @@ def _float64_plan(context, sample):
         if prepared.leaves and any(o.requires_grad for o in outputs):
             grads_of(outputs, prepared.leaves, random_cotangents(outputs, own_generator()))
     except OpRaised as raised:
-        if declared is not None:
-            return None
-        for dtype in LOW_DTYPES:
-            if _runs_in(context, sample, dtype):
-                first = str(raised.error).strip().splitlines()[0] if str(raised.error).strip() else ""
-                return Plan(dtype, f"the op's {raised.phase} raises on float64 ({type(raised.error).__name__}: "
-                                   f"{first[:120]})")
-        return None
+        return _plan_for_raising(context, sample, raised, declared)
     finally:
         context.dtype = None
+    return None
+
+
+def plan_after_raising(context, sample, raised):
+    """The plan of an op whose float64 run raised ``raised`` (an OpRaised), now ``float64_plan``'s answer for
+    ``sample`` too: the most precise lower dtype it runs in, or None (the float64 path reports the error)."""
+    try:
+        plan = _plan_for_raising(context, sample, raised, declared_dtypes(context.case))
+    finally:
+        context.dtype = None
+    adopt(context, sample, plan)
+    return plan
+
+
+def _plan_for_raising(context, sample, raised, declared):
+    if declared is not None:
+        return None
+    for dtype in LOW_DTYPES:
+        if _runs_in(context, sample, dtype):
+            first = str(raised.error).strip().splitlines()[0] if str(raised.error).strip() else ""
+            return Plan(dtype, f"the op's {raised.phase} raises on float64 ({type(raised.error).__name__}: "
+                               f"{first[:120]})")
     return None
 
 
