@@ -40,6 +40,14 @@ def test_gradgradcheck_runs_no_forward_of_its_own_after_gradcheck_in_the_same_ru
     assert calls["forward"] == alone
 
 
+def test_gradcheck_runs_the_op_once_at_the_sample_and_twice_per_probe_with_no_separate_float64_trial():
+    # Its float64 forward and backward at the sample tell that the op runs in float64: no trial run before it.
+    op, calls = _counting(Gelu)
+    outcome = run_checks(op, samples=_large_sample("gelu"), checks=["gradcheck"])[0]
+    assert outcome.status == "passed", outcome.detail
+    assert calls["forward"] == 1 + 2 * 3
+
+
 def test_gradgradcheck_says_the_same_with_or_without_gradcheck_before_it():
     samples = _large_sample("layer_norm")
     alone = run_checks(LayerNormAffineSavesRstd, samples=samples, checks=["gradgradcheck"])[0]
