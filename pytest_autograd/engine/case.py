@@ -91,8 +91,8 @@ class OpCase:
     # Names the cases one test makes (pytest: one per check and device, each from its own run of the test body),
     # so that facts about the op, e.g. whether it runs in float64, are found once per test; None: this case only.
     shared_by: object = None
-    # The seed of what the checks of those cases compute once for all of them (see checks/_first_order); None:
-    # each check's own.
+    # The seed of the work the checks of one run_checks call compute once for all of them (see
+    # checks/_first_order); None: each check's own seed.
     shared_seed: object = None
 
     def call(self, *args, **kwargs):
