@@ -104,7 +104,7 @@ class Judge:
         if isinstance(truth, Outside):
             return truth
         pairs = [_Compared(pair, self.dtype) for pair in paired_tensors(truth, got)]
-        if pairs and not any(bool(p.representable.any()) for p in pairs):
+        if pairs and not any(p.everywhere or bool(p.representable.any()) for p in pairs):
             return Outside(f"{self.truth_label} is inf/NaN, or beyond {dtype_label(self.dtype)}'s range, at every "
                            "element")
         self._check_finite(scaled, pairs)
@@ -256,9 +256,10 @@ class Judge:
         output_size = 0.0
         for output in truth.outputs:
             if output.is_floating_point() and output.numel():
-                size = output.detach().abs()
-                peak = float(size.max())
+                output = output.detach()
+                peak = max(float(output.max()), -float(output.min()))  # two reductions, no copy
                 if not peak <= fits:  # NaN, inf or beyond the dtype somewhere: the largest that fits
+                    size = output.abs()
                     peak = float(size.masked_fill_(~(size <= fits), 0.0).max())
                 output_size = max(output_size, peak)
         if self.cotangent_size is None:
