@@ -66,42 +66,54 @@ def _big_dims(tensor):
     return sum(1 for size in tensor.shape if size > 1)
 
 
-def _own_storage(view):
-    """A tensor with ``view``'s values, shape and strides that is not a view of another tensor.
+def _laid_out(tensor, storage_elements, offset, strides):
+    """``tensor``'s values in a fresh zeroed storage of ``storage_elements``, at ``offset`` with ``strides``: one
+    allocation, and not a view of another tensor.
 
     The layouts are about strides; being a view is another matter, with rules of
     its own in autograd (a Function that modifies a view in place may return
     only one output), which a correct op that never sees views may break.
     """
-    size = view.untyped_storage().nbytes() // view.element_size()
-    base = torch.zeros(size, dtype=view.dtype, device=view.device)
-    laid = torch.empty(0, dtype=view.dtype, device=view.device)
-    laid.set_(base.untyped_storage(), view.storage_offset(), view.shape, view.stride())
-    return laid.copy_(view)
+    base = torch.zeros(storage_elements, dtype=tensor.dtype, device=tensor.device)
+    laid = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    laid.set_(base.untyped_storage(), offset, tensor.shape, strides)
+    return laid.copy_(tensor)
+
+
+def _strides(shape, order):
+    """Contiguous strides for ``shape`` with its dims laid out in memory in ``order`` (outermost first)."""
+    strides, step = [0] * len(shape), 1
+    for dim in reversed(order):
+        strides[dim] = step
+        step *= max(shape[dim], 1)
+    return strides
 
 
 def transposed(tensor):
     if _big_dims(tensor) < 2:
         return None
     order = list(reversed(range(tensor.dim())))
-    return _own_storage(tensor.permute(order).contiguous().permute(order))
+    return _laid_out(tensor, tensor.numel(), 0, _strides(tensor.shape, order))
 
 
 def sliced(tensor):
     dim = _split_dim(tensor)
     if dim is None:
         return None
-    wide = torch.stack([tensor, torch.zeros_like(tensor)], dim=dim + 1).flatten(dim, dim + 1)
-    index = [slice(None)] * dim + [slice(None, None, 2)]
-    return _own_storage(wide[tuple(index)])
+    wide = list(tensor.shape)
+    wide[dim] *= 2  # every other element along ``dim`` of a buffer twice as wide there
+    strides = _strides(wide, range(tensor.dim()))
+    strides[dim] *= 2
+    return _laid_out(tensor, tensor.numel() * 2, 0, strides)
 
 
 def row_strided(tensor):
     """Rows of a buffer twice as wide: last stride 1, the row stride larger than the row."""
     if tensor.dim() < 2 or tensor.numel() <= tensor.shape[-1] or tensor.shape[-1] == 0:
         return None
-    wide = torch.cat([tensor, torch.zeros_like(tensor)], dim=-1)
-    return _own_storage(wide[..., :tensor.shape[-1]])
+    wide = list(tensor.shape)
+    wide[-1] *= 2
+    return _laid_out(tensor, tensor.numel() * 2, 0, _strides(wide, range(tensor.dim())))
 
 
 OFFSET = 2  # elements before the first one in its storage: even, so a complex tensor's real view stays complex
@@ -111,8 +123,7 @@ def offset(tensor):
     """Contiguous, at a nonzero storage offset."""
     if tensor.numel() == 0:
         return None
-    buffer = torch.zeros(OFFSET + tensor.numel(), dtype=tensor.dtype, device=tensor.device)
-    return _own_storage(buffer[OFFSET:].view(tensor.shape).copy_(tensor))
+    return _laid_out(tensor, OFFSET + tensor.numel(), OFFSET, _strides(tensor.shape, range(tensor.dim())))
 
 
 def permuted(tensor):
@@ -120,8 +131,9 @@ def permuted(tensor):
     big = [dim for dim in range(tensor.dim() - 1) if tensor.shape[dim] > 1]
     if len(big) < 2 or tensor.shape[-1] < 1:
         return None
-    a, b = big[0], big[1]
-    return _own_storage(tensor.transpose(a, b).contiguous().transpose(a, b))
+    order = list(range(tensor.dim()))
+    order[big[0]], order[big[1]] = order[big[1]], order[big[0]]
+    return _laid_out(tensor, tensor.numel(), 0, _strides(tensor.shape, order))
 
 
 def channels_last(tensor):
