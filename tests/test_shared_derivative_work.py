@@ -5,7 +5,8 @@ import torch
 
 from pytest_autograd import Sample, run_checks
 from reference_ops import LinearFunction
-from reference_ops.buggy import LinearWeightGradTransposed
+from reference_ops.buggy import PLANTED_BUGS, LinearWeightGradTransposed
+from reference_ops.functions import EXAMPLES
 from reference_ops.memory_saving import SwiGLUSavesMemory, SwiGLUSavesMemoryKernelStyle
 from reference_ops.scale import FAMILIES, Gelu, LayerNormAffineSavesRstd
 
@@ -102,3 +103,17 @@ def test_nothing_is_kept_for_gradgradcheck_once_a_run_is_over():
     finally:
         api.build_case = original
     assert kept and not kept[0].__dict__.get("_first_orders")
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_BUGS))
+@pytest.mark.parametrize("which", ["bug", "twin"])
+def test_each_derivative_check_says_the_same_alone_and_beside_the_other(name, which):
+    # e.g. a backward writing into grad_output cannot take it as a leaf that requires grad (gradgradcheck's
+    # cotangents): gradcheck must not take that for an op refusing float64.
+    bug, twin, example = PLANTED_BUGS[name]
+    op = bug if which == "bug" else twin
+    samples = [Sample(*args) for args in EXAMPLES[example].samples()]
+    together = run_checks(op, samples=samples, checks=PAIR)
+    for outcome in together:
+        alone = run_checks(op, samples=samples, checks=[outcome.check])[0]
+        assert (outcome.status, outcome.detail.splitlines()[:2]) == (alone.status, alone.detail.splitlines()[:2])
