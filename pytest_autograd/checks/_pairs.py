@@ -36,11 +36,13 @@ class Finding:
         return f"also {name}: {worst}; {self.mismatch.bad} of {self.mismatch.numel} elements differ"
 
 
-def compare_runs(context, expected_side, got_side, expected_label, got_label, roles=None):
-    """Each side: (prepared, outputs). Fails naming every differing output and gradient, the first one first.
+def compare_runs(context, expected_side, got_side, expected_label, got_label, roles=None, cotangents=None):
+    """Each side: (prepared, outputs). Fails naming every differing output and gradient, the first one first;
+    else returns the gradients ``(expected, got)`` (None when no gradient was compared).
 
     ``roles``: what computes each side, ``("reference", "op")`` or ``("op", "op")`` (the op on two devices),
-    for a script that recomputes a failure; None when a script could not (a compiled op).
+    for a script that recomputes a failure; None when a script could not (a compiled op). ``cotangents``: one per
+    output (float64 on the CPU, None for non-floating ones); drawn here when not given.
     """
     (expected_prepared, expected_outputs), (got_prepared, got_outputs) = expected_side, got_side
     if len(expected_outputs) != len(got_outputs):
@@ -62,12 +64,13 @@ def compare_runs(context, expected_side, got_side, expected_label, got_label, ro
             found.append(finding)
             if finding.mismatch.problem:  # a shape: gradients along a cotangent of the other shape mean nothing
                 _fail(context, found)
-    cotangents = random_cotangents(expected_outputs, context.generator, device="cpu")
+    if cotangents is None:
+        cotangents = random_cotangents(expected_outputs, context.generator, device="cpu")
     paired = [(e, g, c) for e, g, c in zip(expected_outputs, got_outputs, cotangents)
               if c is not None and (e.requires_grad or g.requires_grad)]
     if not paired or not expected_prepared.leaves:
         _fail(context, found)
-        return
+        return None
     for e, g, c in paired:
         if e.requires_grad and not g.requires_grad:
             _fail(context, found)
@@ -77,9 +80,9 @@ def compare_runs(context, expected_side, got_side, expected_label, got_label, ro
                          hint="forward returned a tensor detached from the graph")
     try:
         expected_grads = grads_of([e for e, _, _ in paired], expected_prepared.leaves,
-                                  [c.to(e.device) for e, _, c in paired])
+                                  [c.to(device=e.device, dtype=e.dtype) for e, _, c in paired])
         got_grads = grads_of([g for _, g, _ in paired], got_prepared.leaves,
-                             [c.to(g.device) for _, g, c in paired])
+                             [c.to(device=g.device, dtype=g.dtype) for _, g, c in paired])
     except OpRaised:
         _fail(context, found)  # a differing output is the first thing to fix
         raise
@@ -91,6 +94,7 @@ def compare_runs(context, expected_side, got_side, expected_label, got_label, ro
         if finding is not None:
             found.append(finding)
     _fail(context, found)
+    return [g.detach() for g in expected_grads], [g.detach() for g in got_grads]
 
 
 class _Where:

@@ -120,6 +120,24 @@ def _judge(context, sample, dtype, budget, refused, variant=None):
     budget. Raises OpRaised when the op (or ReferenceRaised when the reference) raises in ``dtype``."""
     case = context.case
     low = cast_sample(sample, dtype)
+    passes = None if variant is not None else _reference_passes(context, sample, dtype)
+    if passes is not None:  # the reference check made these very runs, and they agreed
+        in_dtype, in_float64 = passes
+        op_low, ref_low, ref_truth, cotangents = in_dtype.op, in_dtype.reference, in_float64.reference, \
+            in_dtype.cotangents
+        violations = _against_reference(budget, ref_truth, op_low, ref_low)
+        truth = in_float64.op if violations and not refused else None
+    else:
+        op_low, ref_low, ref_truth, truth, violations, cotangents = _runs(context, low, dtype, budget, refused)
+    if violations:
+        locus = precision_locus(context, low, dtype, violations, cotangents, budget.k, budget.floor)
+        _report(context, dtype, budget, violations, truth, ref_truth, variant, locus)
+
+
+def _runs(context, low, dtype, budget, refused):
+    """``(op_low, ref_low, ref_truth, op_truth, violations, cotangents)``: op (and reference) in ``dtype`` and the
+    truth in float64 on the rounded sample ``low``, run here."""
+    case = context.case
     op_low, cotangents = forward_and_backward(context, low, dtype)
     ref_low = None
     if case.reference is not None:
@@ -128,20 +146,35 @@ def _judge(context, sample, dtype, budget, refused, variant=None):
     def op_truth():
         return None if refused else forward_and_backward(context, low, torch.float64, cotangents)[0]
 
-    ref_truth = None
     if ref_low is None:
         truth = op_truth()
-        violations = _against_tolerance(case, dtype, truth, op_low)
-    else:
-        try:
-            ref_truth, _ = forward_and_backward(context, low, torch.float64, cotangents, fn=case.reference)
-        except ReferenceRaised as raised:
-            context.fail_reference_raised(raised)
-        violations = _against_reference(budget, ref_truth, op_low, ref_low)
-        truth = op_truth() if violations else None  # the op's own float64 run only tells a failure's cause
-    if violations:
-        locus = precision_locus(context, low, dtype, violations, cotangents, budget.k, budget.floor)
-        _report(context, dtype, budget, violations, truth, ref_truth, variant, locus)
+        return op_low, None, None, truth, _against_tolerance(case, dtype, truth, op_low), cotangents
+    try:
+        ref_truth, _ = forward_and_backward(context, low, torch.float64, cotangents, fn=case.reference)
+    except ReferenceRaised as raised:
+        context.fail_reference_raised(raised)
+    violations = _against_reference(budget, ref_truth, op_low, ref_low)
+    truth = op_truth() if violations else None  # the op's own float64 run only tells a failure's cause
+    return op_low, ref_low, ref_truth, truth, violations, cotangents
+
+
+def _reference_passes(context, sample, dtype):
+    """(the pass in ``dtype``, the pass in float64) the reference check made on ``sample`` and found agreeing,
+    when ``sample`` is given in ``dtype`` (so its float64 pass ran on exactly the rounded values); else None."""
+    from pytest_autograd.checks._reference_runs import kept
+    from pytest_autograd.engine.execution import floating_tensors
+
+    index = context.sample_index
+    if context.case.reference is None or index is None or sample is not context.case.samples[index]:
+        return None
+    if any(value.dtype != dtype for value in floating_tensors(sample)):
+        return None
+    in_dtype, in_float64 = kept(context, index, dtype), kept(context, index, torch.float64)
+    if in_dtype is None or in_float64 is None:
+        return None
+    if any(out.is_floating_point() and out.dtype != dtype for out in in_dtype.op.outputs):
+        return None  # cotangents are rounded through the sample's dtype: the outputs must be in it
+    return in_dtype, in_float64
 
 
 class _MathsDiffer(Exception):
