@@ -114,6 +114,9 @@ def test_each_derivative_check_says_the_same_alone_and_beside_the_other(name, wh
     op = bug if which == "bug" else twin
     samples = [Sample(*args) for args in EXAMPLES[example].samples()]
     together = run_checks(op, samples=samples, checks=PAIR)
+    random_values = "Nondeterministic" in op.__name__  # its values differ from run to run: so may its report
     for outcome in together:
         alone = run_checks(op, samples=samples, checks=[outcome.check])[0]
-        assert (outcome.status, outcome.detail.splitlines()[:2]) == (alone.status, alone.detail.splitlines()[:2])
+        assert outcome.status == alone.status, (outcome.detail, alone.detail)
+        if not random_values:
+            assert outcome.detail.splitlines()[:2] == alone.detail.splitlines()[:2]
