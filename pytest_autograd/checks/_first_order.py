@@ -31,7 +31,13 @@ import torch
 from pytest_autograd.checks._derivatives import EPS
 from pytest_autograd.checks._probing import PROBES
 from pytest_autograd.engine.draws import probe_direction
-from pytest_autograd.engine.execution import OpRaised, declared_nondifferentiable, random_cotangents, run_op
+from pytest_autograd.engine.execution import (
+    OpRaised,
+    declared_nondifferentiable,
+    grads_of,
+    random_cotangents,
+    run_op,
+)
 from pytest_autograd.engine.seeding import item_seed
 
 
@@ -43,7 +49,7 @@ class FirstOrder:
     prepared: object  # the float64 Prepared: leaves and the arguments around them
     outputs: list  # the forward at the sample, with its graph
     cotangents: dict  # output position -> the random cotangent v (a leaf requiring grad while second ones follow)
-    raw_grads: list  # J^T v as autograd returned it (None: unused leaf), with its graph while second ones follow
+    grads: list  # J^T v per leaf (zeros for an unused one), with its graph while second derivatives follow
     # One flat direction per shared probe: over the leaves (gradcheck's, ``d_k``), then, while second derivatives
     # follow, over the cotangents of the outputs that require grad (``u_k``; gradgradcheck's is the whole).
     drawn: list
@@ -57,14 +63,13 @@ class FirstOrder:
         return self.prepared.leaves
 
     @property
+    def numel(self):
+        return sum(leaf.numel() for leaf in self.leaves)
+
+    @property
     def directions(self):
         """gradcheck's directions ``d_k``, over the leaves."""
-        numel = sum(leaf.numel() for leaf in self.leaves)
-        return [d[:numel] for d in self.drawn]
-
-    def gradients(self):
-        """``J^T v`` per leaf, zeros for an unused leaf (with the graph while second derivatives follow)."""
-        return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(self.leaves, self.raw_grads)]
+        return [d[:self.numel] for d in self.drawn]
 
     def second_cotangents(self):
         """The cotangents gradgradcheck differentiates the backward in: those of the outputs that require grad."""
@@ -86,7 +91,7 @@ class FirstOrder:
         return found
 
     def _evaluate(self, k, sign):
-        numel = sum(leaf.numel() for leaf in self.leaves)
+        numel = self.numel
         moved = _moved(self.leaves, self.drawn[k][:numel], sign * self.eps)
         case = self.context.case
         if not self.second:
@@ -98,13 +103,11 @@ class FirstOrder:
         values = [out.detach() for out in outputs]
         differentiated = [j for j in self.cotangents if self.outputs[j].requires_grad]
         moved_cotangents = _moved(self.second_cotangents(), self.drawn[k][numel:], sign * self.eps)
-        pairs = [(outputs[j], c) for j, c in zip(differentiated, moved_cotangents) if outputs[j].requires_grad]
         try:
-            grads = torch.autograd.grad([o for o, _ in pairs], moved, [c for _, c in pairs], allow_unused=True)
-            self._backwards[(k, sign)] = [torch.zeros_like(m) if g is None else g.detach()
-                                          for m, g in zip(moved, grads)]
-        except Exception as error:  # gradgradcheck's to report, if it asks
-            self._backwards[(k, sign)] = OpRaised("backward", error)
+            grads = grads_of([outputs[j] for j in differentiated], moved, moved_cotangents)
+            self._backwards[(k, sign)] = [g.detach() for g in grads]
+        except OpRaised as raised:  # gradgradcheck's to report, if it asks
+            self._backwards[(k, sign)] = raised
         return values
 
 
@@ -137,11 +140,12 @@ def _first_order(context, index, prepared, second):
         positions = [k for k, out in enumerate(outputs) if out.is_floating_point() and k not in declared]
         drawn = random_cotangents([outputs[k] for k in positions], generator)
         cotangents = {k: (c.requires_grad_(True) if second else c) for k, c in zip(positions, drawn) if c is not None}
-        raw = _first_grads(outputs, prepared.leaves, cotangents, create_graph=second)
+        grads = grads_of([outputs[k] for k in cotangents], prepared.leaves, list(cotangents.values()),
+                         create_graph=second, retain_graph=True) if prepared.leaves else []
     numel = sum(leaf.numel() for leaf in prepared.leaves)
     second_numel = sum(c.numel() for k, c in cotangents.items() if outputs[k].requires_grad) if second else 0
     drawn = [probe_direction(numel + second_numel, generator, prepared.leaves[0].device) for _ in range(PROBES)]
-    return FirstOrder(context, prepared, outputs, cotangents, raw, drawn, second)
+    return FirstOrder(context, prepared, outputs, cotangents, grads, drawn, second)
 
 
 def plan_and_first_order(context, index, sample, second):
@@ -181,19 +185,6 @@ def plan_and_first_order(context, index, sample, second):
 def let_go(context, index):
     """Forget sample ``index``'s FirstOrder on the context's device: its last user is done with it."""
     context.case.__dict__.get("_first_orders", {}).pop((index, str(context.device)), None)
-
-
-def _first_grads(outputs, leaves, cotangents, create_graph):
-    pairs = [(outputs[k], c) for k, c in cotangents.items() if outputs[k].requires_grad]
-    if not pairs or not leaves:
-        return [None] * len(leaves)
-    from pytest_autograd.engine.backward_only import autograd_grad
-
-    try:
-        return list(autograd_grad([o for o, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True,
-                                  create_graph=create_graph, retain_graph=True))
-    except Exception as error:
-        raise OpRaised("backward", error) from error
 
 
 def _seed(context, index):

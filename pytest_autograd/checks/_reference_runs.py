@@ -13,10 +13,7 @@ without them (the reference check not run, or failed) it runs its own.
 
 from dataclasses import dataclass
 
-import torch
-
 from pytest_autograd.checks._transforms import Run
-from pytest_autograd.engine.draws import normal
 
 
 @dataclass
@@ -26,13 +23,6 @@ class Compared:
     op: Run
     reference: Run
     cotangents: list
-
-
-def draw_cotangents(outputs, generator, dtype):
-    """Random cotangents for ``outputs`` (None for non-floating ones), in float64 with values that ``dtype``
-    holds exactly."""
-    return [normal(tuple(out.shape), generator).to(dtype).to(torch.float64) if out.is_floating_point() else None
-            for out in outputs]
 
 
 def keep(context, index, dtype, compared):
@@ -45,4 +35,4 @@ def kept(context, index, dtype):
     return context.case.__dict__.get("_reference_runs", {}).get((index, str(context.device), dtype))
 
 
-__all__ = ["Compared", "draw_cotangents", "keep", "kept"]
+__all__ = ["Compared", "keep", "kept"]

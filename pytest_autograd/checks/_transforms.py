@@ -132,17 +132,18 @@ class ReferenceRaised(OpRaised):
     """``reference=`` raised, not the op: the report must not blame the op."""
 
 
+def rounded_cotangents(outputs, generator, dtype=None):
+    """Random cotangents for ``outputs`` (None for non-floating ones) in float64, with values that ``dtype`` (by
+    default each output's own) holds exactly: a run in that dtype and one in float64 use the same numbers."""
+    return [normal(tuple(out.shape), generator).to(dtype or out.dtype).to(torch.float64)
+            if out.is_floating_point() else None for out in outputs]
+
+
 def _forward_and_backward(context, sample, dtype, cotangents64, fn):
     prepared = context.prepare(sample, dtype=dtype)
     outputs = context.run_op(prepared, fn=fn)
     if cotangents64 is None:
-        cotangents64 = []
-        for output in outputs:
-            if output.is_floating_point():
-                values = normal(tuple(output.shape), context.generator)
-                cotangents64.append(values.to(output.dtype).to(torch.float64))
-            else:
-                cotangents64.append(None)
+        cotangents64 = rounded_cotangents(outputs, context.generator)
     grads = []
     if prepared.leaves and any(o.requires_grad for o in outputs):
         cotangents = [None if c is None or not o.is_floating_point() else c.to(device=o.device, dtype=o.dtype)

@@ -104,18 +104,18 @@ def second_derivatives_follow(context):
 
 def _precomputed(context, shared):
     """gradcheck's view of the sample's FirstOrder: its cotangents and gradients (copies: a memory-saving backward
-    returns the buffers its next run overwrites) and its probes' forwards."""
-    floating = [k for k, out in enumerate(shared.outputs) if out.is_floating_point()
-                and k not in declared_nondifferentiable(context.case, shared.outputs)]
+    returns the buffers its next run overwrites) and its probes' forwards, for the outputs it judges (floating, not
+    declared non-differentiable: those the FirstOrder drew a cotangent for)."""
+    judged = list(shared.cotangents)
 
     def spent():
         shared.spent = True
 
     return Precomputed(
-        cotangents=[shared.cotangents[k].detach() if k in shared.cotangents else None for k in floating],
-        analytical=[g.detach().clone() for g in shared.gradients()],
+        cotangents=[shared.cotangents[k].detach() for k in judged],
+        analytical=[g.detach().clone() for g in shared.grads],
         directions=shared.directions, eps=shared.eps, on_spent=spent,
-        at=lambda k, sign: [shared.forward_at(k, sign)[j] for j in floating],
+        at=lambda k, sign: [shared.forward_at(k, sign)[j] for j in judged],
     )
 
 

@@ -225,11 +225,11 @@ def _from_first_order(context, shared, differentiable, on_grads):
     its probe evaluations (made with gradcheck's, when it ran) those of the first probes."""
     prepared = shared.prepared
     leaves = list(prepared.leaves) + shared.second_cotangents()
-    on_grads(shared.raw_grads)
+    on_grads(shared.grads)
     precomputed = Precomputed(cotangents=None, analytical=None, directions=shared.drawn,
                               at=shared.backward_at, eps=shared.eps)
     return _make_backward(context, prepared, differentiable, on_grads), leaves, \
-        _leaf_names(prepared, shared.outputs, differentiable), shared.gradients(), precomputed
+        _leaf_names(prepared, shared.outputs, differentiable), shared.grads, precomputed
 
 
 def _make_backward(context, prepared, differentiable, on_grads=None, around_forward=None):

@@ -13,8 +13,8 @@ import torch
 
 from pytest_autograd.checks._float64_support import float64_plan, sample_dtype
 from pytest_autograd.checks._pairs import compare_runs
-from pytest_autograd.checks._reference_runs import Compared, draw_cotangents, keep, kept
-from pytest_autograd.checks._transforms import Run
+from pytest_autograd.checks._reference_runs import Compared, keep, kept
+from pytest_autograd.checks._transforms import Run, rounded_cotangents
 from pytest_autograd.checks._reference_precision import reference_is_farther
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.case import op_display_name
@@ -64,7 +64,7 @@ class Reference(Check):
                         ) from None
                     context.fail_reference_raised(raised)
                 if index not in drawn:
-                    drawn[index] = draw_cotangents(ref_outputs, context.generator, sample_dtype(context, sample))
+                    drawn[index] = rounded_cotangents(ref_outputs, context.generator, sample_dtype(context, sample))
                 try:
                     grads = compare_runs(context, (ref_side, ref_outputs), (op_side, op_outputs),
                                          expected_label="the reference", got_label="the op",
