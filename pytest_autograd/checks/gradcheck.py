@@ -8,8 +8,6 @@ Small inputs get the full Jacobian; large ones targeted probes (see
 building a Jacobian.
 """
 
-import torch
-
 from pytest_autograd.checks._derivatives import (
     KinkNotes,
     find_derivative_error,

@@ -118,7 +118,6 @@ class Budget:
 def _judge(context, sample, dtype, budget, refused, variant=None):
     """Run op and reference in ``dtype`` and the truth in float64 on the same rounded ``sample``; fail when over
     budget. Raises OpRaised when the op (or ReferenceRaised when the reference) raises in ``dtype``."""
-    case = context.case
     low = cast_sample(sample, dtype)
     passes = None if variant is not None else _reference_passes(context, sample, dtype)
     if passes is not None:  # the reference check made these very runs, and they agreed
