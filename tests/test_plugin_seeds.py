@@ -1,4 +1,5 @@
-"""Each item is seeded from the base seed and its node id: reproducible, printed, rerunnable."""
+"""Each test builds its samples under a seed from the base seed and its node id, and each item checks under its
+own: reproducible, printed, rerunnable."""
 
 import json
 import re
@@ -40,20 +41,28 @@ def test_linear():
 """
 
 
+def logged(log):
+    """(test, values) per call of a test body, in order: the test is the item's node id without its parameters."""
+    return [(nodeid.split("[")[0], values) for nodeid, values in map(json.loads, log.read_text().splitlines())]
+
+
 def recorded_samples(pytester, run_pytest, monkeypatch, *args):
     log = pytester.path / "samples.jsonl"
     if log.exists():
         log.unlink()
     monkeypatch.setenv("SAMPLES_LOG", str(log))
     run_pytest("--autograd-checks=gradcheck,reference", *args).assert_outcomes(passed=4)
-    return dict(json.loads(line) for line in log.read_text().splitlines())
+    return dict(logged(log))
 
 
-def test_every_item_gets_its_own_samples(pytester, run_pytest, monkeypatch):
+def test_each_test_gets_its_own_samples_which_all_its_checks_share(pytester, run_pytest, monkeypatch):
     pytester.makepyfile(test_seeded=RECORDING_TEST)
-    samples = recorded_samples(pytester, run_pytest, monkeypatch)
-    assert len(samples) == 4
-    assert len({tuple(values) for values in samples.values()}) == 4
+    log = pytester.path / "samples.jsonl"
+    monkeypatch.setenv("SAMPLES_LOG", str(log))
+    run_pytest("--autograd-checks=gradcheck,reference").assert_outcomes(passed=4)
+    calls = logged(log)
+    assert [test for test, _ in calls] == ["test_seeded.py::test_linear", "test_seeded.py::test_linear_again"]
+    assert calls[0][1] != calls[1][1]
 
 
 def test_the_same_base_seed_gives_the_same_samples(pytester, run_pytest, monkeypatch):
@@ -71,9 +80,8 @@ def test_an_item_run_alone_sees_the_samples_it_saw_in_the_full_run(pytester, run
     log = pytester.path / "samples.jsonl"
     log.unlink()
     run_pytest("test_seeded.py::test_linear_again[reference-cpu]").assert_outcomes(passed=1)
-    [line] = log.read_text().splitlines()
-    nodeid, values = json.loads(line)
-    assert values == full[nodeid]
+    [(test, values)] = logged(log)
+    assert values == full[test]
 
 
 def test_the_seed_and_a_rerun_command_are_printed_on_failure(pytester, run_pytest):
@@ -144,12 +152,10 @@ def test_samples_drawn_with_random_and_numpy_are_reproduced_by_the_seed(pytester
     log = pytester.path / "samples.jsonl"
     monkeypatch.setenv("SAMPLES_LOG", str(log))
     run_pytest("--autograd-seed=3").assert_outcomes(passed=2)
-    full = dict(json.loads(line) for line in log.read_text().splitlines())
+    [(test, full)] = logged(log)
     log.unlink()
     run_pytest("test_seeded.py::test_sin[reference-cpu]", "--autograd-seed=3").assert_outcomes(passed=1)
-    [(nodeid, values)] = [json.loads(line) for line in log.read_text().splitlines()]
-    assert values == full[nodeid]
-    assert full["test_seeded.py::test_sin[gradcheck-cpu]"] != full["test_seeded.py::test_sin[reference-cpu]"]
+    assert logged(log) == [(test, full)]
 
 
 def test_an_item_leaves_the_random_generators_as_it_found_them(pytester, run_pytest):

@@ -8,8 +8,17 @@ import torch
 
 from pytest_autograd import Sample, run_checks
 from pytest_autograd.checks._agreement import agree
-from pytest_autograd.engine.draws import LARGE_DRAW, normal, normal_like, uniform
+from pytest_autograd.engine.draws import (
+    LARGE_DRAW,
+    REPEAT_AFTER,
+    normal,
+    normal_like,
+    repeating_normal_like,
+    uniform,
+)
 from pytest_autograd.results.compare import compare_tensors
+from reference_ops.buggy import PLANTED_BUGS
+from reference_ops.functions import EXAMPLES
 from reference_ops.scale import (
     FAMILIES,
     AttentionSavesProbabilities,
@@ -82,6 +91,53 @@ def test_large_draws_are_float32_values_widened_and_small_ones_keep_their_float6
     values = uniform(large, torch.Generator().manual_seed(3))
     assert values.min().item() >= 0.0 and values.max().item() < 1.0
     assert normal_like(large, torch.Generator(), "cpu", torch.float32).dtype == torch.float32
+
+
+def test_repeating_draws_repeat_one_varied_block_and_only_past_its_length():
+    def seeded():
+        return torch.Generator().manual_seed(3)
+
+    at_most = (REPEAT_AFTER,)
+    assert torch.equal(repeating_normal_like(at_most, seeded(), "cpu", torch.float32),
+                       normal_like(at_most, seeded(), "cpu", torch.float32))
+    drawn = repeating_normal_like((3, REPEAT_AFTER), seeded(), "cpu", torch.float64)
+    assert drawn.shape == (3, REPEAT_AFTER) and drawn.dtype == torch.float64
+    flat = drawn.reshape(-1)
+    block = flat[:REPEAT_AFTER]
+    assert torch.equal(flat[REPEAT_AFTER:2 * REPEAT_AFTER], block)
+    assert torch.unique(block).numel() > 0.99 * REPEAT_AFTER
+    assert 0.45 < (block > 0).double().mean().item() < 0.55
+
+
+def _large_linear(generator):
+    return [Sample(torch.randn(400, 256, generator=generator), torch.randn(256, 256, generator=generator),
+                   torch.randn(256, generator=generator))]
+
+
+def _large_elementwise(generator):
+    return [Sample(torch.randn(300, 300, generator=generator))]
+
+
+# Checks whose cotangents repeat past REPEAT_AFTER elements, each on a planted bug with outputs longer than that.
+LARGE_HYGIENE_BUGS = {
+    "ScaleMutatesGradOutput": ("mutation", _large_elementwise, "backward modified its incoming gradient"),
+    "LinearContiguousAssumption": ("noncontiguous", _large_linear, "differs from the contiguous run"),
+    "ReLUNondeterministic": ("determinism", _large_elementwise, "two runs on the same inputs differ"),
+    "LinearSavesCtxAttributes": ("leak", _large_linear, "as plain ctx attributes"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LARGE_HYGIENE_BUGS))
+def test_checks_with_repeating_cotangents_catch_their_bug_past_the_repeat_and_pass_its_twin(name):
+    check, samples, words = LARGE_HYGIENE_BUGS[name]
+    bug = PLANTED_BUGS[name]
+    reference = EXAMPLES[bug.example].reference
+    large = samples(torch.Generator().manual_seed(0))
+    assert large[0].args[0].shape[0] * 256 > REPEAT_AFTER
+    [caught] = run_checks(bug.function, samples=large, checks=[check], reference=reference)
+    assert caught.status == "failed" and words in caught.detail
+    [twin] = run_checks(bug.twin, samples=large, checks=[check], reference=reference)
+    assert twin.status == "passed", twin.detail
 
 
 def _planted(case):

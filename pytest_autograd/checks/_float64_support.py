@@ -155,7 +155,7 @@ def _float64_plan(context, sample):
             return Plan(lower[0], f"the op returns {'/'.join(dtype_label(d) for d in lower)} outputs for float64 "
                                   "inputs")
         if prepared.leaves and any(o.requires_grad for o in outputs):
-            grads_of(outputs, prepared.leaves, random_cotangents(outputs, own_generator()))
+            grads_of(outputs, prepared.leaves, random_cotangents(outputs, own_generator(), repeating=True))
     except OpRaised as raised:
         return _plan_for_raising(context, sample, raised, declared)
     finally:
@@ -190,7 +190,7 @@ def _runs_in(context, sample, dtype):
     try:
         outputs = context.run_op(prepared)
         if prepared.leaves and any(o.requires_grad for o in outputs):
-            grads_of(outputs, prepared.leaves, random_cotangents(outputs, own_generator()))
+            grads_of(outputs, prepared.leaves, random_cotangents(outputs, own_generator(), repeating=True))
     except OpRaised:
         return False
     return True

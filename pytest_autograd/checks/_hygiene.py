@@ -140,7 +140,7 @@ def written_by_backward(case, prepared, differentiable):
     # Versions, and values: a kernel writing through the raw memory moves no version counter.
     before = [(tensor._version, tensor.detach().clone()) for _, _, tensor in arguments]
     chosen = [outputs[i] for i in differentiable]
-    grads_of(chosen, prepared.leaves, random_cotangents(chosen, generator))
+    grads_of(chosen, prepared.leaves, random_cotangents(chosen, generator, repeating=True))
     return [(slot, name) for (slot, name, tensor), (version, values) in zip(arguments, before)
             if tensor._version != version or not torch.equal(tensor.detach(), values)]
 

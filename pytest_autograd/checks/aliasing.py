@@ -74,7 +74,7 @@ class _Baseline:
         self.seed = draw_seed(context.generator)
         seed_generators(context.device, self.seed)
         outputs = context.run_op(prepared)
-        self.cotangents = random_cotangents(outputs, context.generator)
+        self.cotangents = random_cotangents(outputs, context.generator, repeating=True)
         self.differentiable = any(out.requires_grad for out in outputs)
         self.grads = grads_of(outputs, prepared.leaves, self.cotangents) if self.differentiable else None
 

@@ -64,7 +64,7 @@ def _run(context, prepared, cotangents):
     """Outputs and gradients of one forward + backward; draws the cotangents when not given."""
     outputs = context.run_op(prepared)
     if cotangents is None:
-        cotangents = random_cotangents(outputs, context.generator)
+        cotangents = random_cotangents(outputs, context.generator, repeating=True)
     grads = []
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads = grads_of(outputs, prepared.leaves, cotangents)

@@ -79,7 +79,7 @@ class GradMetadata(Check):
 
     def _backward(self, context, prepared, outputs, warned, allowed):
         """The engine's gradients; first, every raw gradient a Python backward returned on the way is judged."""
-        cotangents = random_cotangents(outputs, context.generator)
+        cotangents = random_cotangents(outputs, context.generator, repeating=True)
         raised = None
         with recording() as raw:
             try:

@@ -148,7 +148,7 @@ def _call_once(context, prepared, cotangents):
     """One forward and backward on fresh copies of the sample; everything it made is dropped on return."""
     outputs = context.run_op(prepared)
     if cotangents is None:
-        cotangents = random_cotangents(outputs, context.generator)
+        cotangents = random_cotangents(outputs, context.generator, repeating=True)
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads_of(outputs, prepared.leaves, cotangents)
     return cotangents

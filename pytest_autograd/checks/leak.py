@@ -117,7 +117,7 @@ def _run_and_drop(context, prepared, probe):
     inputs = [(name, weakref.ref(tensor), nbytes(tensor)) for _, name, tensor in arguments if name not in aliased]
     probe.tracked += [(f"the op's input `{name}`", ref, size) for name, ref, size in inputs]
     probe.tracked += [(f"ctx.{a.name}", a.ref, a.size) for a in probe.attributes if "output" not in a.relation]
-    cotangents = random_cotangents(outputs, context.generator)
+    cotangents = random_cotangents(outputs, context.generator, repeating=True)
     # Only real floating outputs get a cotangent: with none (e.g. a complex output) backward never runs, and
     # the graph rightly keeps what forward saved until the outputs are dropped, which is no leak.
     ran_backward = prepared.leaves and any(out.requires_grad and c is not None for out, c in zip(outputs, cotangents))

@@ -76,7 +76,7 @@ def _check_backward(context, prepared, call, declared):
     outputs_after_forward = [_snapshot(out) for out in call.outputs]
     saved = saved_tensors(case, call.outputs)
     saved_after_forward = [_snapshot(tensor) for _, tensor in saved]
-    cotangents = random_cotangents(call.outputs, context.generator)
+    cotangents = random_cotangents(call.outputs, context.generator, repeating=True)
     cotangent_snapshots = [None if c is None else _snapshot(c) for c in cotangents]
     if prepared.leaves and any(out.requires_grad for out in call.outputs):
         grads_of(call.outputs, prepared.leaves, cotangents)

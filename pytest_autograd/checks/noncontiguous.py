@@ -322,7 +322,7 @@ def _run(context, plan, laid_slots, cotangents, laid_cotangent=False, outputs=No
 def _plain_cotangents(plan, outputs, generator):
     """Contiguous cotangents holding the values their laid-out versions will have; and whether any can be laid out."""
     plain, any_laid = [], False
-    for cotangent in random_cotangents(outputs, generator):
+    for cotangent in random_cotangents(outputs, generator, repeating=True):
         laid_out = None if cotangent is None else plan.cotangent(cotangent)
         any_laid = any_laid or laid_out is not None
         plain.append(cotangent if laid_out is None else laid_out.contiguous())
@@ -338,7 +338,7 @@ class _Baseline:
 
     def run(self, context, plan):
         if self.expected is None:
-            self.cotangents = random_cotangents(self.outputs, context.generator)
+            self.cotangents = random_cotangents(self.outputs, context.generator, repeating=True)
             fresh = [None if c is None else c.clone() for c in self.cotangents]
             grads = grads_of(self.outputs, plan.sources, fresh, retain_graph=True) if plan.sources else []
             self.expected = (self.outputs, grads)

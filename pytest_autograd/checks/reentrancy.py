@@ -49,7 +49,7 @@ class Reentrancy(Check):
                 seed = draw_seed(context.generator)
                 try:
                     outputs = _forward(context, sample, leaves, seed)
-                    cotangents = random_cotangents(outputs, context.generator)
+                    cotangents = random_cotangents(outputs, context.generator, repeating=True)
                     alone[key] = seed, cotangents, _detached(outputs, _backward(outputs, leaves, cotangents))
                 except OpRaised:
                     if call == 0 or second is not first:

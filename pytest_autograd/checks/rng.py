@@ -74,7 +74,7 @@ def _run_from(context, prepared, advance, cotangents):
     outputs = context.run_op(prepared)
     run["forward"] = _states(context.device)
     if cotangents is None:
-        cotangents = random_cotangents(outputs, context.generator)
+        cotangents = random_cotangents(outputs, context.generator, repeating=True)
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads_of(outputs, prepared.leaves, cotangents)
         run["backward"] = _states(context.device)

@@ -61,7 +61,7 @@ class UndefinedGrad(Check):
                 continue
             ran = True
             count = len(outputs)
-            cotangents = random_cotangents(outputs, context.generator)
+            cotangents = random_cotangents(outputs, context.generator, repeating=True)
             scenarios = [[k] for k in used] if len(used) > 1 else []
             if len(used) > 2:
                 scenarios += [[j for j in used if j != k] for k in used]

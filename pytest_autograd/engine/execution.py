@@ -15,7 +15,7 @@ from pytest_autograd.engine.complex_views import (
     real_output,
     real_view_leaf,
 )
-from pytest_autograd.engine.draws import normal_like
+from pytest_autograd.engine.draws import normal_like, repeating_normal_like
 from pytest_autograd.engine.outcomes import OpRaised, UsageProblem
 from pytest_autograd.results.report import CheckFailure, Report
 
@@ -225,12 +225,14 @@ def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None)
     return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
 
 
-def random_cotangents(outputs, generator, device=None):
-    """Sign-mixed, non-unit cotangents for differentiable outputs (None for others)."""
+def random_cotangents(outputs, generator, device=None, repeating=False):
+    """Sign-mixed, non-unit cotangents for differentiable outputs (None for others). ``repeating``: large ones
+    may repeat a random block (``draws.repeating_normal_like``): for checks that compare runs, not derivatives."""
+    draw = repeating_normal_like if repeating else normal_like
     cotangents = []
     for output in outputs:
         if is_differentiable_dtype(output):
-            cotangents.append(normal_like(tuple(output.shape), generator, device or output.device, output.dtype))
+            cotangents.append(draw(tuple(output.shape), generator, device or output.device, output.dtype))
         else:
             cotangents.append(None)
     return cotangents

@@ -42,6 +42,7 @@ from pytest_autograd.pytest_adapter.marker import (
 from pytest_autograd.pytest_adapter.marker_misuse import misuse_problem
 from pytest_autograd.pytest_adapter.model_marker import validate_model_marker
 from pytest_autograd.pytest_adapter.record import test_name
+from pytest_autograd.pytest_adapter.shared_cases import record_items
 from pytest_autograd.pytest_adapter.settings import (
     WORKER_INPUT_KEY,
     Settings,
@@ -93,6 +94,7 @@ def pytest_configure(config):
 def pytest_collection_finish(session):
     """``--autograd-checks`` is validated once every collected directory's conftest.py has registered its checks."""
     config = session.config
+    record_items(session)
     if hasattr(config, "workerinput"):  # an xdist worker: its controller validated before collection
         return
     config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())

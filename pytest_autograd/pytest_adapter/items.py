@@ -23,6 +23,7 @@ from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS
 from pytest_autograd.pytest_adapter.record import without_group
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
 from pytest_autograd.pytest_adapter.rerun import pytest_command
+from pytest_autograd.pytest_adapter.shared_cases import samples_seed, shared_case, test_key
 from pytest_autograd.pytest_adapter.skipping import skip_here
 from pytest_autograd.results.plots import picture_name
 from pytest_autograd.pytest_adapter.timeout import item_seconds
@@ -113,8 +114,7 @@ def selected_check(registry, spec):
 def _run_seeded(item, spec, device, settings, check, seed):
     where = item.nodeid
     try:
-        case = _build_case(item, marker_of(item, spec), device, where)
-        case.shared_by = (run_token(item.config), item.nodeid.split("[")[0], getattr(spec, "marker", 0))
+        case = _case(item, spec, device, settings)
         reason = check.applies(case, device)
         if reason:
             skip_here(reason)
@@ -190,12 +190,32 @@ def marker_of(item, spec):
     return marks[index] if index < len(marks) else marks[0]
 
 
+def _case(item, spec, device, settings):
+    """The case this item checks: shared by the items of its test on this device (see ``shared_cases``), its
+    samples built by the test body under the test's seed."""
+    key = test_key(item, spec, device)
+
+    def build():
+        with seeded(samples_seed(settings.seed, key)):
+            built = _build_case(item, marker_of(item, spec), device, item.nodeid)
+        built.shared_by = (run_token(item.config), item.nodeid.split("[")[0], getattr(spec, "marker", 0))
+        return built
+
+    case = shared_case(item, spec, key, settings.seed, build)
+    _bind_factory(case, item, item.nodeid)  # this item's fixtures, not those of the item that built the case
+    return case
+
+
+def _bind_factory(case, item, where):
+    case.factory = lambda **overrides: with_parameters(case.op, normalise_samples(call_body(item, **overrides), where))
+
+
 def _build_case(item, mark, device, where):
     """The OpCase from the test body, with the samples the hooks adjust for this device."""
     samples = normalise_samples(call_body(item), where)
     case = build_case(mark.kwargs, samples, where)
     case.run_options = run_options(item.config)
-    case.factory = lambda **overrides: with_parameters(case.op, normalise_samples(call_body(item, **overrides), where))
+    _bind_factory(case, item, where)
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=device):
         if adjusted is not None:
             case.samples = with_parameters(case.op, normalise_samples(adjusted, where))

@@ -1,0 +1,126 @@
+"""Under pytest the items of one test and device share one case: the body runs once, the checks share their work,
+and each check still judges alone what it judges beside the others."""
+
+import re
+
+import pytest
+
+COUNTING_TEST = """
+import os
+import pytest
+import torch
+from reference_ops.scale import Gelu, gelu_reference
+
+
+def log(what):
+    with open(os.environ["CALLS_LOG"], "a") as calls:
+        calls.write(what + "\\n")
+
+
+class CountedGelu(Gelu):
+    @staticmethod
+    def forward(ctx, x):
+        log("forward")
+        return Gelu.forward(ctx, x)
+
+
+@pytest.mark.autograd_op(op=CountedGelu, reference=gelu_reference)
+def test_gelu():
+    log("body")
+    return [(torch.randn(64, 128),)]
+"""
+
+DOUBLE_BACKWARD_BUG = """
+import pytest
+import torch
+from reference_ops.scale import FAMILIES, LayerNormAffineSavesRstd
+
+
+@pytest.mark.autograd_op(op=LayerNormAffineSavesRstd, reference=FAMILIES["layer_norm"].reference)
+def test_layer_norm():
+    return [FAMILIES["layer_norm"].samples(1 << 13, torch.Generator().manual_seed(0))[0]]
+"""
+
+REVERSED_ORDER = """
+def pytest_collection_modifyitems(items):
+    items.reverse()
+"""
+
+
+def calls(pytester, run_pytest, monkeypatch, *args, passed=2):
+    log = pytester.path / "calls.log"
+    if log.exists():
+        log.unlink()
+    monkeypatch.setenv("CALLS_LOG", str(log))
+    run_pytest(*args).assert_outcomes(passed=passed)
+    return log.read_text().split()
+
+
+def test_the_test_body_runs_once_for_all_the_checks_of_a_device(pytester, run_pytest, monkeypatch):
+    pytester.makepyfile(test_counted=COUNTING_TEST)
+    assert calls(pytester, run_pytest, monkeypatch, "--autograd-checks=gradcheck,reference").count("body") == 1
+
+
+def test_the_gradgradcheck_item_runs_no_forward_of_its_own_after_the_gradcheck_item(pytester, run_pytest,
+                                                                                    monkeypatch):
+    pytester.makepyfile(test_counted=COUNTING_TEST)
+    gradcheck_alone = calls(pytester, run_pytest, monkeypatch, "--autograd-checks=gradcheck,reference",
+                            "-k", "not reference", passed=1)
+    assert gradcheck_alone.count("forward") > 0
+    pair = calls(pytester, run_pytest, monkeypatch, "--autograd-checks=gradcheck,gradgradcheck")
+    assert pair.count("forward") == gradcheck_alone.count("forward")
+
+
+def gradgradcheck_report(result):
+    text = result.stdout.str()
+    start = text.index("test_layer_norm[gradgradcheck-cpu] _")
+    return text[start:text.index("rerun:", start)]
+
+
+@pytest.mark.parametrize("order", ["collected", "reversed"])
+def test_a_wrong_double_backward_fails_the_same_way_beside_gradcheck_and_alone(pytester, run_pytest, order):
+    pytester.makepyfile(test_bug=DOUBLE_BACKWARD_BUG)
+    if order == "reversed":
+        pytester.makeconftest(REVERSED_ORDER)
+    beside = run_pytest("--autograd-checks=gradcheck,gradgradcheck")
+    beside.assert_outcomes(passed=1, failed=1)
+    alone = run_pytest("--autograd-checks=gradcheck,gradgradcheck", "-k", "gradgradcheck")
+    alone.assert_outcomes(failed=1)
+    assert "backward is not differentiable w.r.t. `x`" in gradgradcheck_report(beside)
+    assert gradgradcheck_report(alone) == gradgradcheck_report(beside)
+
+
+def test_a_tests_case_is_let_go_after_its_last_item(pytester):
+    pytester.makepyfile(
+        test_kept="""
+        import gc
+        import weakref
+        import pytest
+        import torch
+        from reference_ops import LinearFunction
+
+        made = []
+
+        @pytest.mark.autograd_op(op=LinearFunction, reference=torch.nn.functional.linear,
+                                 checks=["gradcheck", "gradgradcheck", "reference", "precision"])
+        def test_linear():
+            x = torch.randn(4, 3)
+            made.append(weakref.ref(x))
+            return [(x, torch.randn(5, 3), torch.randn(5))]
+
+        def test_after_it():
+            gc.collect()
+            assert len(made) == 1 and made[0]() is None
+        """
+    )
+    # In a subprocess: an in-process run's hook recorder keeps every case a hook was called with.
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(passed=5)
+
+
+def test_under_xdist_load_every_item_still_judges_on_its_own(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_bug=DOUBLE_BACKWARD_BUG)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "load",
+                                           "--autograd-checks=gradcheck,gradgradcheck")
+    result.assert_outcomes(passed=1, failed=1)
+    assert re.search(r"FAILED .*test_layer_norm\[gradgradcheck-cpu\]", result.stdout.str())
