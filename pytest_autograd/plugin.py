@@ -11,6 +11,7 @@ from pytest_autograd.pytest_adapter.hooks import (  # noqa: F401 - pytest finds 
     pytest_addhooks,
     pytest_addoption,
     pytest_collection_finish,
+    pytest_collection_modifyitems,
     pytest_configure,
     pytest_configure_node,
     pytest_generate_tests,

@@ -61,6 +61,16 @@ def test_the_test_body_runs_once_for_all_the_checks_of_a_device(pytester, run_py
     assert calls(pytester, run_pytest, monkeypatch, "--autograd-checks=gradcheck,reference").count("body") == 1
 
 
+def test_a_test_parametrized_by_its_author_runs_its_body_once_per_parameter_set(pytester, run_pytest,
+                                                                                 monkeypatch):
+    pytester.makepyfile(test_counted=COUNTING_TEST.replace(
+        "@pytest.mark.autograd_op", '@pytest.mark.parametrize("rows", [8, 16])\n@pytest.mark.autograd_op').replace(
+        "def test_gelu():", "def test_gelu(rows):").replace('log("body")', 'log(f"body-{rows}")').replace(
+        "torch.randn(64, 128)", "torch.randn(rows, 128)"))
+    logged = calls(pytester, run_pytest, monkeypatch, "--autograd-checks=gradcheck,reference", passed=4)
+    assert [line for line in logged if line.startswith("body")] == ["body-8", "body-16"]
+
+
 def test_the_gradgradcheck_item_runs_no_forward_of_its_own_after_the_gradcheck_item(pytester, run_pytest,
                                                                                     monkeypatch):
     pytester.makepyfile(test_counted=COUNTING_TEST)

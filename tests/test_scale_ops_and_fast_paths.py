@@ -16,7 +16,7 @@ from pytest_autograd.engine.draws import (
     repeating_normal_like,
     uniform,
 )
-from pytest_autograd.results.compare import compare_tensors
+from pytest_autograd.results.compare import compare_tensors, unravel
 from reference_ops.buggy import PLANTED_BUGS
 from reference_ops.functions import EXAMPLES
 from reference_ops.scale import (
@@ -107,6 +107,12 @@ def test_repeating_draws_repeat_one_varied_block_and_only_past_its_length():
     assert torch.equal(flat[REPEAT_AFTER:2 * REPEAT_AFTER], block)
     assert torch.unique(block).numel() > 0.99 * REPEAT_AFTER
     assert 0.45 < (block > 0).double().mean().item() < 0.55
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (3, 4, 5), (1, 6, 1, 2)])
+def test_unravel_gives_the_index_torch_gives(shape):
+    for flat in range(math.prod(shape)):
+        assert unravel(flat, shape) == tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
 
 
 def _large_linear(generator):

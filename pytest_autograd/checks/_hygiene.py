@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.engine.execution import OpRaised, flatten_outputs, grads_of, random_cotangents
+from pytest_autograd.results.compare import unravel
 
 
 class HygieneWarning(UserWarning):
@@ -60,7 +61,7 @@ def max_difference(a, b):
     if count == 0:
         return 0.0, None, 0
     flat = int(torch.argmax(diff))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
+    index = unravel(flat, a.shape)
     return float(diff.reshape(-1)[flat]), index, count
 
 

@@ -22,7 +22,7 @@ from pytest_autograd.engine.execution import (
     grads_of,
     random_cotangents,
 )
-from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
+from pytest_autograd.results.compare import dtype_label, fmt, fmt_index, unravel
 
 STEP_FACTORS = (2.0, 1.0, 0.5)  # of the base step eps ** (1/3) * max|x|
 ELEMENT_PROBES = 6  # per argument, besides two random directions
@@ -288,7 +288,7 @@ def _sign_error(analytical, negated, names, eps):
         tolerance = NOISE_ULPS * eps * (float(g.abs().max()) if g.numel() else 0.0) + 1e-30
         if g.numel() and float(error.max()) > tolerance:
             flat = int(torch.argmax(error))
-            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), g.shape))
+            index = unravel(flat, g.shape)
             found = DerivativeError(
                 "all outputs", name, f"grad {name}{fmt_index(index)} for -grad_output", float(-g[index]),
                 float(n[index]), float(error[index]), tolerance,
@@ -314,7 +314,7 @@ def _directions(leaf, generator):
     for flat in flats:
         direction = torch.zeros(numel, dtype=torch.float64)
         direction[flat] = 1.0
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if shape else ()
+        index = unravel(flat, shape) if shape else ()
         probes.append((fmt_index(index), direction.view(shape).to(leaf.device)))
     for _ in range(2):
         direction = torch.randn(shape, generator=generator, dtype=torch.float64)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pytest_autograd.engine.execution import OpRaised, grads_of
-from pytest_autograd.results.compare import fmt, fmt_index
+from pytest_autograd.results.compare import fmt, fmt_index, unravel
 
 
 @dataclass
@@ -197,7 +197,7 @@ def worst_of(numerical, analytical, atol, rtol, excluded=None):
     flat = int(torch.argmax(ratio))
     if not bool(ratio.view(-1)[flat] > 1):
         return None
-    position = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), numerical.shape))
+    position = unravel(flat, numerical.shape)
     return position, float(numerical[position]), float(analytical[position]), float(error[position]), \
         float(tolerance[position])
 
@@ -207,12 +207,6 @@ def _within(numerical, analytical, atol, rtol):
     verdict); a NaN compares False and leaves the verdict to the full search."""
     allowed = numerical.abs().mul_(rtol).add_(atol)
     return bool(((numerical - analytical).abs_() <= allowed).all())
-
-
-def unravel(flat, shape):
-    if len(shape) == 0:
-        return ()
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape)))
 
 
 def index_label(flat, shape):

@@ -16,7 +16,7 @@ from pytest_autograd.engine.case import is_autograd_function
 from pytest_autograd.engine.draws import normal
 from pytest_autograd.engine.execution import OpRaised, grads_of, output_label
 from pytest_autograd.engine.outcomes import UsageProblem
-from pytest_autograd.results.compare import fmt, fmt_index
+from pytest_autograd.results.compare import fmt, fmt_index, unravel
 
 DTYPE_NAMES = {
     "float64": torch.float64, "double": torch.float64,
@@ -200,7 +200,7 @@ def normwise_error(expected, got):
     scale, worst = float(magnitude.max()), float(diff.max())
     if math.isfinite(scale) and math.isfinite(worst):  # nothing special on either side: no masking to do
         flat = int(torch.argmax(diff))
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape))
+        index = unravel(flat, expected.shape)
         value = worst / scale if scale > 0 else worst
         return Error(value, index, float(expected.reshape(-1)[flat]), float(got.reshape(-1)[flat]))
     finite = expected.isfinite()
@@ -209,7 +209,7 @@ def normwise_error(expected, got):
     diff = torch.where(same_special, torch.zeros_like(diff), diff)
     diff = torch.where(diff.isnan(), torch.full_like(diff, math.inf), diff)
     flat = int(torch.argmax(diff))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape))
+    index = unravel(flat, expected.shape)
     worst = float(diff.reshape(-1)[flat])
     value = worst / scale if scale > 0 else worst
     return Error(value, index, float(expected.reshape(-1)[flat]), float(got.reshape(-1)[flat]))

@@ -42,7 +42,7 @@ from pytest_autograd.pytest_adapter.marker import (
 from pytest_autograd.pytest_adapter.marker_misuse import misuse_problem
 from pytest_autograd.pytest_adapter.model_marker import validate_model_marker
 from pytest_autograd.pytest_adapter.record import test_name
-from pytest_autograd.pytest_adapter.shared_cases import record_items
+from pytest_autograd.pytest_adapter.shared_cases import group_items_by_test, record_items
 from pytest_autograd.pytest_adapter.settings import (
     WORKER_INPUT_KEY,
     Settings,
@@ -89,6 +89,12 @@ def pytest_configure(config):
     config.pluginmanager.register(config.stash[TALLY], "autograd-tally")
     if _is_xdist_controller(config):  # it collects nothing: validate with the checks known at start-up
         settings.validate_checks(registry.names(), before_collection=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The items of each test next to each other (after any other plugin's order): they share one case."""
+    group_items_by_test(items)
 
 
 def pytest_collection_finish(session):

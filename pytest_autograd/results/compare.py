@@ -45,6 +45,20 @@ def fmt_index(index):
     return "[" + ", ".join(str(i) for i in index) + "]"
 
 
+def unravel(flat, shape):
+    """The index of element number ``flat`` of a row-major tensor of ``shape``.
+
+    Plain arithmetic: ``torch.unravel_index`` imports torch's symbolic-shape
+    machinery on its first call (about a second) and checks its arguments
+    against abstract base classes on every call.
+    """
+    index = []
+    for size in reversed(tuple(shape)):
+        flat, position = divmod(int(flat), int(size)) if size else (flat, 0)
+        index.append(position)
+    return tuple(reversed(index))
+
+
 @dataclass
 class Mismatch:
     """The worst element of a failed comparison and the overall error."""
@@ -114,7 +128,7 @@ def compare_tensors(expected, got, atol, rtol, scale_atol=True):
     if not bool(bad.any()):
         return None
     flat = int(torch.argmax(torch.where(bad, abs_error / allowed.clamp_min(1e-300), torch.zeros_like(abs_error))))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape))
+    index = unravel(flat, expected.shape)
     rel_error = abs_error / finite_expected.clamp_min(1e-300)
     rel_error = torch.where(special, torch.zeros_like(rel_error), rel_error)
     return Mismatch(

@@ -77,12 +77,14 @@ def panels_of(report):
 def _largest_difference(evidence):
     import torch
 
+    from pytest_autograd.results.compare import unravel
+
     difference = (evidence.got - evidence.expected).abs()
     if difference.numel() == 0:
         return None
     difference = torch.where(difference.isnan(), torch.full_like(difference, float("inf")), difference)
     flat = int(torch.argmax(difference))
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), difference.shape))
+    return unravel(flat, difference.shape)
 
 
 def save_picture(report, directory, nodeid):
