@@ -11,8 +11,8 @@ in one process:
   * the plugin's whole default battery (``run_checks`` with the family's
     reference), with each check's share;
   * with ``--pytest``, the same battery as pytest runs it: one item per
-    check, each calling the test body for its own samples (the sum of the
-    items' call phases);
+    check, the items sharing one case (``pytest_adapter/shared_cases``; the
+    sum of the items' call phases);
 
 and prints the ratios the goals are stated in (each repeat's time over the
 anchor timed just before it, the median of those): pair / anchor (goal <=
@@ -166,7 +166,7 @@ class _CallPhases:
 
 def via_pytest(name, elements):
     """Seconds of the items' call phases when pytest runs the family's marked test (every default check): what a
-    user's run costs, each item building its own samples and its own case."""
+    user's run costs, the items sharing the case the first one built."""
     via_pytest.runs += 1
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / f"test_scale_{name}_{via_pytest.runs}.py"  # a module name of its own: one process
@@ -235,7 +235,7 @@ def report(row):
           "(goal <= 2.5x)")
     if row["pytest"] is not None:
         print(f"  the battery under pytest          {row['pytest']:8.2f} s   {ratios['pytest']:5.2f}x   "
-              "(its items' call phases: each builds its own samples)")
+              "(its items' call phases, sharing one case)")
     ranked = sorted(row["checks"].items(), key=lambda item: -item[1])
     print("  per check: " + ", ".join(f"{check} {seconds:.2f}" for check, seconds in ranked if seconds >= 0.005))
     if row["skipped"]:
@@ -306,7 +306,7 @@ def main(argv=None):
                         help="cpu: the process's CPU time (steady on a shared machine with --threads 1); wall: elapsed")
     parser.add_argument("--detection", action="store_true", help="planted bugs at every size instead of timings")
     parser.add_argument("--pytest", action="store_true",
-                        help="also time the battery as pytest runs it: one item per check, each calling the test body")
+                        help="also time the battery as pytest runs it: one item per check, sharing one case")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

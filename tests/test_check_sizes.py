@@ -344,6 +344,35 @@ def test_an_int_argument_equal_to_a_size_changes_with_it():
     assert "refuses" not in outcome.detail
 
 
+class SortReversedGradientPastOneBlock(torch.autograd.Function):
+    """BUG: on rows longer than one block (1024), the gradient of the i-th smallest value goes to the i-th largest
+    element."""
+
+    @staticmethod
+    def forward(ctx, x):
+        values, indices = torch.sort(x, -1)
+        ctx.save_for_backward(indices)
+        return values
+
+    @staticmethod
+    def backward(ctx, grad):
+        (indices,) = ctx.saved_tensors
+        if grad.shape[-1] > 1024:
+            grad = grad.flip(-1)
+        return torch.zeros_like(grad).scatter(-1, indices, grad)
+
+
+def test_a_sort_whose_large_variant_ties_values_passes_and_one_wrong_past_a_block_fails_there():
+    torch.manual_seed(149)  # the 3 x 2051 variant of this sample ties two pairs of values in one row
+    sample = [Sample(torch.randn(3, 5))]
+    right = sizes_outcome(lambda x: torch.sort(x, -1).values, sample)
+    assert right.status == "passed", right.detail
+    assert "crosses several kinks within one step" in right.detail
+    wrong = sizes_outcome(SortReversedGradientPastOneBlock.apply, sample)
+    assert wrong.status == "failed", wrong.detail
+    assert "gradient w.r.t. `x` is wrong when dim 1 (size 5 in your sample) is 2051" in wrong.detail
+
+
 @pytest.mark.parametrize("op, samples, options", [
     pytest.param(torch.nn.Linear(4, 3), [Sample(torch.randn(2, 4))], {}, id="module parameters"),
     pytest.param(torch.nn.functional.layer_norm, [Sample(torch.randn(3, 6), [6], torch.randn(6), torch.randn(6))],

@@ -19,9 +19,8 @@ check, so a check's verdict is the same whether it found the work done or
 did it itself.
 
 The checks of one ``run_checks`` call (the fixtures, the model scan, a
-script) share one case, and so one FirstOrder per sample and device.
-Under pytest every check is an item of its own that draws its own sample
-values: nothing is shared there, and nothing is computed for another item.
+script) share one case, and so one FirstOrder per sample and device; so do
+the items of one pytest test on one device (``pytest_adapter/shared_cases``).
 """
 
 from dataclasses import dataclass, field

@@ -1,4 +1,4 @@
-"""One seed per item for torch, ``random`` and numpy, restored after the item.
+"""Seeds for torch, ``random`` and numpy (a test's samples, an item's check), restored afterwards.
 
 A test body may build its samples with any of the three generators; seeding
 all of them is what makes the printed ``rerun:`` command reproduce the
