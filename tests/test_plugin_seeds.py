@@ -55,14 +55,14 @@ def recorded_samples(pytester, run_pytest, monkeypatch, *args):
     return dict(logged(log))
 
 
-def test_each_test_gets_its_own_samples_which_all_its_checks_share(pytester, run_pytest, monkeypatch):
+def test_each_test_gets_its_own_samples_which_every_item_of_it_gets_again(pytester, run_pytest, monkeypatch):
     pytester.makepyfile(test_seeded=RECORDING_TEST)
     log = pytester.path / "samples.jsonl"
     monkeypatch.setenv("SAMPLES_LOG", str(log))
     run_pytest("--autograd-checks=gradcheck,reference").assert_outcomes(passed=4)
     calls = logged(log)
-    assert [test for test, _ in calls] == ["test_seeded.py::test_linear", "test_seeded.py::test_linear_again"]
-    assert calls[0][1] != calls[1][1]
+    assert [test for test, _ in calls] == ["test_seeded.py::test_linear"] * 2 + ["test_seeded.py::test_linear_again"] * 2
+    assert calls[0][1] == calls[1][1] and calls[2][1] == calls[3][1] and calls[0][1] != calls[2][1]
 
 
 def test_the_same_base_seed_gives_the_same_samples(pytester, run_pytest, monkeypatch):
@@ -152,7 +152,8 @@ def test_samples_drawn_with_random_and_numpy_are_reproduced_by_the_seed(pytester
     log = pytester.path / "samples.jsonl"
     monkeypatch.setenv("SAMPLES_LOG", str(log))
     run_pytest("--autograd-seed=3").assert_outcomes(passed=2)
-    [(test, full)] = logged(log)
+    (test, full), second = logged(log)
+    assert second == (test, full)  # each item calls the body, under the test's seed
     log.unlink()
     run_pytest("test_seeded.py::test_sin[reference-cpu]", "--autograd-seed=3").assert_outcomes(passed=1)
     assert logged(log) == [(test, full)]

@@ -74,14 +74,6 @@ class KinkNotes:
             "where the derivatives agree; noted, not failed"
         )
 
-    def add_probe_crossings(self, argument_names, left, right, residual, smaller):
-        self.probe_kinks += 1
-        self.lines.append(
-            f"a random direction over {argument_names} crosses several kinks within one step (left {fmt(left)}, "
-            f"right {fmt(right)}): the gradient's disagreement with the central difference, {fmt(abs(residual))}, "
-            f"falls to {fmt(smaller)} at a smaller step, where fewer lie between the points; noted, not failed"
-        )
-
     def add_probe(self, argument_names, left, right, analytical):
         self.probe_kinks += 1
         self.lines.append(

@@ -65,7 +65,7 @@ def compare_runs(context, expected_side, got_side, expected_label, got_label, ro
             if finding.mismatch.problem:  # a shape: gradients along a cotangent of the other shape mean nothing
                 _fail(context, found)
     if cotangents is None:
-        cotangents = random_cotangents(expected_outputs, context.generator, device="cpu", repeating=True)
+        cotangents = random_cotangents(expected_outputs, context.generator, device="cpu")
     paired = [(e, g, c) for e, g, c in zip(expected_outputs, got_outputs, cotangents)
               if c is not None and (e.requires_grad or g.requires_grad)]
     if not paired or not expected_prepared.leaves:

@@ -36,7 +36,6 @@ from pytest_autograd.results.compare import fmt_index
 PROBES = 3  # independent whole-input directions
 NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-difference error
 OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
-KINK_STEP_FACTORS = (16, 256)  # a disagreement from crossed kinks vanishes at the step divided by these
 
 
 def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes, precomputed=None):
@@ -65,7 +64,9 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
     tolerance = atol + NOISE_FACTOR * max(p.noise for p in probes)
     failing = sorted((p for p in probes if not abs(p.residual) <= tolerance), key=lambda p: -_magnitude(p.residual))
     for p in failing:
-        if p.explained_by_kinks(prober, tolerance, notes, ", ".join(f"`{name}`" for name in names)):
+        if p.at_kink(tolerance):
+            if notes is not None:
+                notes.add_probe(", ".join(f"`{name}`" for name in names), p.left, p.right, p.analytical)
             continue
         return _every_argument(prober, _locate(prober, p, names, tolerance, notes), p.direction, names, notes)
     return None
@@ -101,7 +102,9 @@ def _argument_error(prober, direction, j, names, notes):
     tolerance = prober.atol + NOISE_FACTOR * probe.noise
     if abs(probe.residual) <= tolerance:
         return None
-    if probe.explained_by_kinks(prober, tolerance, notes, f"`{names[j]}`"):
+    if probe.at_kink(tolerance):
+        if notes is not None:
+            notes.add_probe(f"`{names[j]}`", probe.left, probe.right, probe.analytical)
         return None
     found = _locate(prober, probe, names, tolerance, notes, low, high)
     if (found.locus or {}).get("leaf") is not None:
@@ -153,40 +156,6 @@ class _Probe:
         self.noise = abs(self.central - self.half[0])
         if self.noise != self.noise:  # NaN: the op is not finite around the point; judge by atol alone
             self.noise = 0.0
-
-    def explained_by_kinks(self, prober, tolerance, notes, argument_names):
-        """Whether the disagreement is the kinks' the probe crosses, not the gradient's (noted when it is)."""
-        if self.at_kink(tolerance):
-            if notes is not None:
-                notes.add_probe(argument_names, self.left, self.right, self.analytical)
-            return True
-        shrunk = self.kinks_between(prober, tolerance)
-        if shrunk is not None and notes is not None:
-            notes.add_probe_crossings(argument_names, self.left, self.right, self.residual, shrunk)
-        return shrunk is not None
-
-    def kinks_between(self, prober, tolerance):
-        """The residual at a smaller step where kinks between the probe's points explain the disagreement (it
-        falls within the tolerance as the step shrinks); None where they do not.
-
-        A piecewise-linear op with many near-ties (a sort or a max over long
-        rows) has kinks all along a random direction: each one the step
-        crosses moves the differences by a slope change, and their number is
-        proportional to the step, so their one-sided gap shrinks with it as
-        curvature's does and ``at_kink`` does not see them. Fewer lie within a
-        smaller step. A wrong gradient's residual is the same at any step: it
-        does not shrink, or not below the tolerance.
-        """
-        residual = abs(self.residual)
-        for factor in KINK_STEP_FACTORS:
-            central, _, _ = prober.differences(self.direction, prober.eps / factor)
-            smaller = abs(self.analytical - central)
-            if smaller <= tolerance:
-                return smaller
-            if not smaller < residual / 2:
-                return None  # it does not shrink with the step
-            residual = smaller
-        return None
 
     def at_kink(self, tolerance):
         """Both step sizes bracket the analytical value, and the one-sided gap does not shrink with the step.

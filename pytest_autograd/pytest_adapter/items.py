@@ -23,7 +23,7 @@ from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS
 from pytest_autograd.pytest_adapter.record import without_group
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
 from pytest_autograd.pytest_adapter.rerun import pytest_command
-from pytest_autograd.pytest_adapter.shared_cases import samples_seed, shared_case, test_key
+from pytest_autograd.pytest_adapter.shared_cases import passed_over, samples_seed, shared_case, test_key
 from pytest_autograd.pytest_adapter.skipping import skip_here
 from pytest_autograd.results.plots import picture_name
 from pytest_autograd.pytest_adapter.timeout import item_seconds
@@ -85,7 +85,7 @@ def run_item(item, spec, settings, registry):
         pytest.fail(f"{problem} (--autograd-require-devices makes an absent device an error)", pytrace=False)
     if problem:
         skip_here(problem)
-    check = selected_check(registry, spec)
+    check = selected_check(registry, spec, lambda: passed_over(item, spec, test_key(item, spec, device)))
     seed = item_seed(settings.seed, item.nodeid)
     with seeded(seed):
         _run_seeded(item, spec, device, settings, check, seed)
@@ -103,10 +103,13 @@ def run_token(config):
     return config.stash[RUN_TOKEN]
 
 
-def selected_check(registry, spec):
-    """The item's check; an opt-in check the user did not select skips the item saying how to select it."""
+def selected_check(registry, spec, on_skip=None):
+    """The item's check; an opt-in check the user did not select skips the item saying how to select it (after
+    ``on_skip()``)."""
     check = registry.get(spec.check)
     if not getattr(check, "default", True) and not spec.selected:
+        if on_skip is not None:
+            on_skip()
         skip_here(f"{spec.check} is opt-in: select it with --autograd-checks={spec.check} or checks=[...] on the marker")
     return check
 
@@ -191,17 +194,20 @@ def marker_of(item, spec):
 
 
 def _case(item, spec, device, settings):
-    """The case this item checks: shared by the items of its test on this device (see ``shared_cases``), its
-    samples built by the test body under the test's seed."""
+    """The case this item checks, from the samples its own call of the test body gives under the test's seed (so
+    whatever the body sets up, a monkeypatch or a flag, holds for this item's check): the case an earlier item of
+    the test built from the same samples, with the work done on it (see ``shared_cases``), else a new one."""
     key = test_key(item, spec, device)
+    with seeded(samples_seed(settings.seed, key)):
+        given = normalise_samples(call_body(item), item.nodeid)
 
     def build():
         with seeded(samples_seed(settings.seed, key)):
-            built = _build_case(item, marker_of(item, spec), device, item.nodeid)
+            built = _build_case(item, marker_of(item, spec), device, item.nodeid, given)
         built.shared_by = (run_token(item.config), item.nodeid.split("[")[0], getattr(spec, "marker", 0))
         return built
 
-    case = shared_case(item, spec, key, settings.seed, build)
+    case = shared_case(item, spec, key, settings.seed, given, build)
     _bind_factory(case, item, item.nodeid)  # this item's fixtures, not those of the item that built the case
     return case
 
@@ -210,9 +216,8 @@ def _bind_factory(case, item, where):
     case.factory = lambda **overrides: with_parameters(case.op, normalise_samples(call_body(item, **overrides), where))
 
 
-def _build_case(item, mark, device, where):
-    """The OpCase from the test body, with the samples the hooks adjust for this device."""
-    samples = normalise_samples(call_body(item), where)
+def _build_case(item, mark, device, where, samples):
+    """The OpCase of the samples the test body gave, as the hooks adjust them for this device."""
     case = build_case(mark.kwargs, samples, where)
     case.run_options = run_options(item.config)
     _bind_factory(case, item, where)

@@ -1,9 +1,11 @@
-"""One case per test and device, shared by the test's items: the test body runs once, and the checks share work.
+"""One case per test and device, shared by the test's items: the checks share work on the same samples.
 
-Under pytest every check is an item of its own. The items of one test and
-device build their samples under one seed, the test's (not the item's), so
-they judge the same sample values, as the checks of one ``run_checks`` call
-do. The case built from them is kept while that test's items run, and with
+Under pytest every check is an item of its own. Each item calls the test
+body (so what the body sets up, a monkeypatch or a flag, holds for its own
+check), under one seed for the whole test, not the item's: the items of one
+test and device get the same sample values, as the checks of one
+``run_checks`` call do. The case built from them is kept while that test's
+items run, used again by an item whose call gave the same samples, and with
 it the work one check leaves for another: gradgradcheck finds gradcheck's
 float64 forward, first gradients and probes (``checks/_first_order``),
 precision finds reference's runs (``checks/_reference_runs``), and the
@@ -63,11 +65,12 @@ def group_items_by_test(items):
 
 
 def record_items(session):
-    """Note, once collection (and deselection) is done, which checks each test runs on each device."""
+    """Note, once collection (and deselection) is done, which checks each test runs on each device (an item marked
+    to skip, e.g. bench with benchmarks off, never asks for the case)."""
     found = {}
     for item in session.items:
         test = _checked_test(item)
-        if test is not None:
+        if test is not None and item.get_closest_marker("skip") is None:
             spec = item_spec(item)
             found.setdefault((test, spec.marker, spec.device), []).append(spec.check)
     session.config.stash[ITEMS_OF_TEST] = {key: tuple(checks) for key, checks in found.items()}
@@ -79,23 +82,66 @@ def samples_seed(base_seed, key):
     return item_seed(base_seed, f"samples:{key.test}:{key.marker}")
 
 
-def shared_case(item, spec, key, base_seed, build):
-    """The case of ``key``'s items: the one an earlier item built, else ``build()``'s, kept for the items after."""
+def shared_case(item, spec, key, base_seed, samples, build):
+    """The case of ``key``'s items: the one an earlier item built from the same ``samples`` (what this item's call
+    of the test body gave), else ``build()``'s, kept for the items after."""
     config = item.config
     checks = config.stash.get(ITEMS_OF_TEST, {}).get((key.test, key.marker, spec.device), ())
     kept = config.stash.setdefault(KEPT, {})
+    if key in kept and not same_samples(kept[key][2], samples):
+        del kept[key]  # the body gave other values this time (drawn without the seeded generators): start anew
     if key not in kept:
         if any(other.test != key.test for other in kept):
             kept.clear()  # let another test's cases go before this one's is built
         case = build()
         case.shared_seed = item_seed(samples_seed(base_seed, key), "shared")
         case.run_options = dataclasses.replace(case.run_options, checks=checks if _shares_work(config) else None)
-        kept[key] = [case, 0]
+        kept[key] = [case, 0, samples]
     entry = kept[key]
+    _count(config, key, checks)
+    return entry[0]
+
+
+def passed_over(item, spec, key):
+    """An item of ``key``'s test that skips before asking for the case (an opt-in check nobody selected): counted,
+    so that the case is let go after the test's last item all the same."""
+    config = item.config
+    if key in config.stash.get(KEPT, {}):
+        _count(config, key, config.stash.get(ITEMS_OF_TEST, {}).get((key.test, key.marker, spec.device), ()))
+
+
+def _count(config, key, checks):
+    entry = config.stash[KEPT][key]
     entry[1] += 1
     if entry[1] >= len(checks):
-        del kept[key]  # the test's last item on this device: nothing after it wants the case
-    return entry[0]
+        del config.stash[KEPT][key]  # the test's last item on this device: nothing after it wants the case
+
+
+def same_samples(kept, given):
+    """Whether two calls of a test body gave the same samples: equal tensors (dtype, shape, device, values; a NaN
+    never equals itself, so a sample holding one is not shared) and equal other arguments."""
+    if len(kept) != len(given):
+        return False
+    return all(_same(a.args, b.args) and _same(a.kwargs, b.kwargs) for a, b in zip(kept, given))
+
+
+def _same(a, b):
+    import torch  # only reached from an item that runs a check
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and a.shape == b.shape and a.device == b.device and a.layout == b.layout == torch.strided
+                and torch.equal(a, b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b) is True
+    except Exception:  # an object whose == raises or is not a truth value: not known to be the same
+        return False
 
 
 def _shares_work(config):
