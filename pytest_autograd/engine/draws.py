@@ -13,7 +13,8 @@ differ from element to element, not independent ones: past ``REPEAT_AFTER``
 elements theirs repeat one random block (``repeating_normal_like``), a copy
 instead of a draw, about 20 times cheaper. The block's length is a prime,
 so no row, tile or stride of a real shape lines up with its repeats. The
-derivative checks, which need independent values, draw every element.
+checks that compare gradients with another computation's (the derivative
+checks, reference, parity, extreme) draw every element.
 """
 
 import math
