@@ -198,16 +198,17 @@ def _case(item, spec, device, settings):
     whatever the body sets up, a monkeypatch or a flag, holds for this item's check): the case an earlier item of
     the test built from the same samples, with the work done on it (see ``shared_cases``), else a new one."""
     key = test_key(item, spec, device)
-    with seeded(samples_seed(settings.seed, key)):
+    seed = samples_seed(settings.seed, key)
+    with seeded(seed):
         given = normalise_samples(call_body(item), item.nodeid)
 
     def build():
-        with seeded(samples_seed(settings.seed, key)):
+        with seeded(seed):
             built = _build_case(item, marker_of(item, spec), device, item.nodeid, given)
         built.shared_by = (run_token(item.config), item.nodeid.split("[")[0], getattr(spec, "marker", 0))
         return built
 
-    case = shared_case(item, spec, key, settings.seed, given, build)
+    case = shared_case(item, spec, key, seed, given, build)
     _bind_factory(case, item, item.nodeid)  # this item's fixtures, not those of the item that built the case
     return case
 

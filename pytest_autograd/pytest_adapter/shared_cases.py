@@ -30,7 +30,7 @@ from pytest_autograd.pytest_adapter.keys import ItemSpec, item_spec
 from pytest_autograd.pytest_adapter.record import test_name
 
 ITEMS_OF_TEST = pytest.StashKey()  # (test, marker, device) -> the checks of its collected items, in order
-KEPT = pytest.StashKey()  # TestKey -> [case, items run] of the cases kept, all of one test
+KEPT = pytest.StashKey()  # TestKey -> [case, items run, the samples it was built from], all of one test
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +82,12 @@ def samples_seed(base_seed, key):
     return item_seed(base_seed, f"samples:{key.test}:{key.marker}")
 
 
-def shared_case(item, spec, key, base_seed, samples, build):
+def shared_case(item, spec, key, seed, samples, build):
     """The case of ``key``'s items: the one an earlier item built from the same ``samples`` (what this item's call
-    of the test body gave), else ``build()``'s, kept for the items after."""
+    of the test body gave under ``seed``, the test's ``samples_seed``), else ``build()``'s, kept for the items
+    after."""
     config = item.config
-    checks = config.stash.get(ITEMS_OF_TEST, {}).get((key.test, key.marker, spec.device), ())
+    checks = _checks_of(config, key, spec)
     kept = config.stash.setdefault(KEPT, {})
     if key in kept and not same_samples(kept[key][2], samples):
         del kept[key]  # the body gave other values this time (drawn without the seeded generators): start anew
@@ -94,7 +95,7 @@ def shared_case(item, spec, key, base_seed, samples, build):
         if any(other.test != key.test for other in kept):
             kept.clear()  # let another test's cases go before this one's is built
         case = build()
-        case.shared_seed = item_seed(samples_seed(base_seed, key), "shared")
+        case.shared_seed = item_seed(seed, "shared")
         case.run_options = dataclasses.replace(case.run_options, checks=checks if _shares_work(config) else None)
         kept[key] = [case, 0, samples]
     entry = kept[key]
@@ -107,7 +108,12 @@ def passed_over(item, spec, key):
     so that the case is let go after the test's last item all the same."""
     config = item.config
     if key in config.stash.get(KEPT, {}):
-        _count(config, key, config.stash.get(ITEMS_OF_TEST, {}).get((key.test, key.marker, spec.device), ()))
+        _count(config, key, _checks_of(config, key, spec))
+
+
+def _checks_of(config, key, spec):
+    """The checks of ``key``'s collected items (by the device they were generated for, ``spec.device``)."""
+    return config.stash.get(ITEMS_OF_TEST, {}).get((key.test, key.marker, spec.device), ())
 
 
 def _count(config, key, checks):
