@@ -398,7 +398,9 @@ def test_a_sort_wrong_only_past_one_block_fails_at_the_size_that_shows_it():
     pytest.param(lambda x, k: torch.topk(x, k).values, [Sample(torch.randn(3, 6), 3)], {}, id="k equal to a size"),
     pytest.param(lambda a: torch.linalg.cholesky(a @ a.mT + 4 * torch.eye(a.shape[-1], dtype=a.dtype)),
                  [Sample(torch.randn(4, 4))], {}, id="square matrices"),
-    pytest.param(lambda x: torch.sort(x, -1).values, [Sample(torch.randn(3, 5))], {}, id="sort"),
+    # values of its own: a few global draws give the known tied-values false alarm (the strict xfail above)
+    pytest.param(lambda x: torch.sort(x, -1).values,
+                 [Sample(torch.randn(3, 5, generator=torch.Generator().manual_seed(0)))], {}, id="sort"),
     pytest.param(torch.logdet, [Sample(torch.randn(4, 4) @ torch.randn(4, 4).T + torch.eye(4))], {},
                  id="outside the domain at some sizes"),
     pytest.param(lambda z: (z * z.conj()).real, [Sample(torch.randn(3, 4, dtype=torch.complex64))], {},

@@ -87,8 +87,9 @@ _SHARED = OrderedDict()  # what a plan depends on (see _shared_key) -> the plan
 
 
 def _shared_key(context, sample):
-    """What the plan depends on, so that the items of one test (one per check, each with its own draw of the
-    sample's values) ask the op once: the test, the op, the device, the marker options that change how it runs,
+    """What the plan depends on, so that the items of one test (one per check; under xdist, or with samples that
+    differ between calls of the body, each with its own values) ask the op once: the test with its own parameters,
+    the op, the device, the marker options that change how it runs,
     and the sample's kinds of arguments (a tensor's shape, dtype and layout, a plain value itself). None for a
     case no other shares with, or an argument not plain enough to tell (then every item asks the op)."""
     case = context.case

@@ -78,8 +78,9 @@ def against_reference(op_low, ref_truth, ref_low, dtype, k):
 # The checks' entry points
 # ---------------------------------------------------------------------------
 
-def judge_first_derivatives(context, sample, plan):
-    """gradcheck for an op that cannot run in float64: fails through ``context``, notes on pass."""
+def judge_first_derivatives(context, sample, plan, unjudged):
+    """gradcheck for an op that cannot run in float64: fails through ``context``, notes on pass; ``unjudged``
+    receives the arguments central differences could not judge (see ``skip_unjudged``)."""
     from pytest_autograd.checks._hints import derivative_hint
     from pytest_autograd.checks._surrogate import SURROGATE_HINT, looks_like_surrogate
     from pytest_autograd.engine.notes import note
@@ -98,9 +99,10 @@ def judge_first_derivatives(context, sample, plan):
     else:
         prepared = context.prepare(sample, dtype=dtype)
         if prepared.leaves:
-            kinks, ties = [], []
+            kinks, ties, blind = [], [], []
             error = find_low_precision_error(lambda leaves: context.run_op(prepared, leaves), prepared.leaves,
-                                             prepared.names, context.generator, dtype, kinks=kinks, ties=ties)
+                                             prepared.names, context.generator, dtype, kinks=kinks, ties=ties,
+                                             unresolved=blind)
             _note_kinks("gradcheck", kinks)
             for line in ties:
                 note(f"gradcheck: {line} (at a tie a selection flips: noted, not failed)")
@@ -110,12 +112,13 @@ def judge_first_derivatives(context, sample, plan):
                              argument=error.argument, worst=error.worst(), error=error.error_line(), details=details,
                              hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error)
                                    else derivative_hint(error, has_backward=case.is_function)))
+        unjudged.extend(_where(context, dtype, line) for line in blind)
     context.dtype = None
     note(plan.note("gradcheck", case.reference is not None))
 
 
-def judge_second_derivatives(context, sample, plan, backward_of):
-    """gradgradcheck for an op that cannot run in float64.
+def judge_second_derivatives(context, sample, plan, backward_of, unjudged):
+    """gradgradcheck for an op that cannot run in float64 (``unjudged`` as in ``judge_first_derivatives``).
 
     ``backward_of(prepared, outputs, differentiable)`` returns ``(leaves ->
     first gradients, leaves, names)``, what gradgradcheck differentiates.
@@ -138,9 +141,9 @@ def judge_second_derivatives(context, sample, plan, backward_of):
         differentiable = differentiable_indices(outputs)
         if differentiable:
             fn, leaves, names = backward_of(prepared, outputs, differentiable)
-            kinks = []
+            kinks, blind = [], []
             error = find_low_precision_error(fn, leaves, names, context.generator, dtype, needs_grad=True,
-                                             kinks=kinks)
+                                             kinks=kinks, unresolved=blind)
             _note_kinks("gradgradcheck", kinks)
             if error is not None:
                 context.fail(f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the "
@@ -148,8 +151,31 @@ def judge_second_derivatives(context, sample, plan, backward_of):
                              argument=error.argument, worst=error.worst(), error=error.error_line(), details=details,
                              hint="the backward's own gradient is wrong (or not differentiable): check the ops "
                                   "backward uses on saved tensors")
+            unjudged.extend(_where(context, dtype, line) for line in blind)
     context.dtype = None
     note(plan.note("gradgradcheck", case.reference is not None))
+
+
+def skip_unjudged(context, check, unjudged):
+    """Skip the check, after every sample was judged and none failed, when central differences could not judge
+    some argument: at every probe, even at smaller steps, their steps disagreed by more than the derivative they
+    measured, so a wrong gradient (a zero one too) would have passed. Passing it would vouch for nothing."""
+    if not unjudged:
+        return
+    from pytest_autograd.engine.outcomes import skip
+
+    where = "; ".join(dict.fromkeys(unjudged))
+    context.sample_index = None
+    skip(f"{check}: central differences cannot judge the gradient w.r.t. {where}: the op's outputs change faster "
+         "than the smallest step follows (or are noise of the derivative's own size), so any gradient would pass "
+         f"there; the other arguments passed. Give reference= (gradients against its float64 ones on the same "
+         f"rounded inputs) or let the op run in float64")
+
+
+def _where(context, dtype, unresolved):
+    name, measured = unresolved
+    sample = f"sample {context.sample_index}, " if context.sample_index is not None else ""
+    return f"`{name}` ({sample}{dtype_label(dtype)}; {measured})"
 
 
 def _note_kinks(check, kinks):

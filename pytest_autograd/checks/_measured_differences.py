@@ -8,10 +8,15 @@ is an error that stays the same whatever the step; truncation and rounding
 errors change with it, so the spread across steps (plus the rounding of the
 outputs that moved) is the tolerance. At a kink, where one-sided
 differences jump, an analytical value equal to one side or between them is
-noted, not failed.
+noted, not failed. A probe whose three differences disagree by more than
+the derivative they measure (an op whose output, in that dtype, changes
+faster than the steps can follow) cannot tell any gradient from another:
+it is judged again at smaller steps, and an argument that no probe could
+judge is reported as not judged, never as passed.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -31,10 +36,30 @@ SPREAD_FACTOR = 3.0  # how many times the measured spread across steps is tolera
 RELATIVE_FLOOR_ULPS = 4  # relative allowance on the projected derivative, in eps ** (2/3)
 LEAF_FLOOR_ULPS = 4  # allowance on an element probe relative to the argument's largest gradient, in eps ** (2/3)
 HOEFFDING = 6.0  # L2 norms of per-output rounding bounds that a random-signed sum stays within (see _rounding_bound)
+FINER_STEPS = (1 / 16, 1 / 256, 1 / 4096)  # of the base step: where a probe that is not steady tries again
+CONFIRMING_STEP = 0.6180339887  # of the base step, no power of 2: where a steady failure must show again
 
 
-def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, ties=None):
+class Unresolved(str):
+    """A probe's label, for a probe whose differences at its steps disagree by more than the derivative they
+    measure: it would pass any gradient, a zero one too (see ``_resolves``)."""
+
+    failed_at_base = False  # whether it failed at the base step (then its argument is not judged, whatever the
+    # other probes say: a finer step contradicted the failure without settling the derivative)
+
+    def __new__(cls, label, measured):
+        made = super().__new__(cls, label)
+        made.measured = measured  # what the probe saw, for the report
+        return made
+
+
+def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, ties=None,
+                             unresolved=None):
     """Worst DerivativeError of ``fn(leaves) -> outputs`` (leaves in ``dtype``), or None.
+
+    ``unresolved``, a list, receives ``(argument name, what a probe measured)``
+    per argument that no probe could judge (see ``Unresolved``): the caller
+    must say so, not pass it.
 
     ``kinks``, a list, receives the probes where one-sided differences differ
     and the analytical value is one of them or between them: a kink (relu,
@@ -42,7 +67,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     failure where arguments hold tied values is judged again at a tie-free
     point (see ``_ties``); when it passes there, the ties are described in it.
     """
-    found = _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad, kinks)
+    found = _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad, kinks, unresolved)
     if found is None or found.smooth or ties is None:
         return found
     from pytest_autograd.checks._ties import MIN_STEP_OVER_EPS, find_ties, tie_free
@@ -60,7 +85,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     moved = [m.to(leaf.dtype).requires_grad_(True) for m, leaf in zip(moved, leaves)]
     if find_ties(moved, names):  # rounding to the dtype tied them again
         return found
-    again = _find_low_precision_error(fn, moved, names, generator, dtype, needs_grad, kinks)
+    again = _find_low_precision_error(fn, moved, names, generator, dtype, needs_grad, kinks, unresolved)
     if again is not None:
         again.strategy += "; at a tie-free point (the sample's tied values moved apart), so not the tie's"
         return again
@@ -68,7 +93,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     return None
 
 
-def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None):
+def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, unresolved=None):
     outputs = fn(leaves)
     diff = differentiable_indices(outputs)
     if not diff or not leaves:
@@ -97,15 +122,115 @@ def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fa
         peak = float(x.abs().max()) if x.numel() else 0.0
         base = eps ** (1 / 3) * (peak if peak > 0 else 1.0)
         leaf_scale = float(analytical[j].abs().max()) if analytical[j].numel() else 0.0
+        told, blind = False, []  # told: a probe told the derivative from zero and from twice itself
         for label, direction in _directions(leaf, generator):
-            found = _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents64,
-                                     analytical[j], names[j], label, eps, leaf_scale, center)
-            if isinstance(found, str):
+            found, probe = _judge_at_scales(lambda step, finer=False: _judge_direction(  # noqa: B023
+                evaluate, leaves, j, x, direction, step, dtype, cotangents64, analytical[j], names[j], label, eps,
+                leaf_scale, center, finer), base, label)
+            if isinstance(found, Unresolved):
+                blind.append(found)
+            elif isinstance(found, str):
                 if kinks is not None:
                     kinks.append(found)
-                continue
-            worst = pick(worst, found)
+            elif found is None:
+                told = told or probe.tells()
+                if not told and not probe.flat():
+                    blind.append(Unresolved(label, probe.described(label)))
+            else:
+                worst = pick(worst, found)
+        if blind and (not told or any(b.failed_at_base for b in blind)) and unresolved is not None:
+            unresolved.append((names[j], blind[0].measured))
     return worst
+
+
+def _judge_at_scales(judge, base, label):
+    """The probe's verdict at step ``base``, or, where that is a failure the probe is not steady for or a pass
+    it cannot resolve (see ``Probe``), at the first finer scale (``FINER_STEPS`` of it) where the probe is steady
+    and tells the derivative from zero and from twice itself.
+
+    An output that changes on a scale finer than the step (``sin(50 x)`` at
+    ``x ~ 100``, a row norm of a near-zero row) averages its slopes over the
+    steps: the differences read a derivative it does not have, so a right
+    gradient fails there and a zero one passes. Its one-sided differences
+    jump by more than the tolerance and do not shrink with the step, as at a
+    kink, or its differences disagree by more than their own size. Where no
+    finer scale is steady, the base verdict stands unless a finer scale
+    measured a different derivative beyond both tolerances (at a kink at
+    the point itself, its central difference is the mean of its two slopes
+    whatever the step); then the probe judges nothing (``Unresolved``). A
+    pass or a kink at ``base`` stands as it is.
+    """
+    first = judge(base)
+    verdict = first.verdict
+    if verdict is None or (isinstance(verdict, str) and not isinstance(verdict, Unresolved)):
+        return verdict, first
+    if first.steady and not isinstance(verdict, DerivativeError):
+        return verdict, first
+    # Differences that see less than half the change the gradient predicts, at every step alike: the reading of
+    # steps far coarser than the output's turns (their average slope is about 0), or a gradient too large.
+    # Only a finer step tells which.
+    coarse = isinstance(verdict, DerivativeError) and abs(first.measured) < 0.5 * abs(first.predicted)
+    steady = first.steady and not coarse
+    probes = [first]
+    for shrink in (CONFIRMING_STEP,) * steady + FINER_STEPS:
+        probe = judge(base * shrink, finer=shrink < CONFIRMING_STEP)
+        if probe.steady and probe.tells() and (probe.verdict is None or isinstance(probe.verdict, DerivativeError)):
+            return probe.verdict, probe
+        probes.append(probe)
+    if steady and isinstance(probes[1].verdict, DerivativeError) and probes[1].steady:
+        return verdict, first  # confirmed at an unrelated step
+    if isinstance(verdict, DerivativeError):  # contradicted by a finer step that passes and would have seen its
+        # error, or, for a failure found by extrapolating a coarse reading's errors (no truncation errors there),
+        # by one whose differences lie nearer the gradient than the coarse reading
+        error = abs(first.measured - first.predicted)
+        contradicted = any(p.measured is not None and (
+            p.verdict is None and p.tolerance < error
+            or coarse and first.extrapolated and abs(p.measured - first.predicted) < abs(p.measured - first.measured))
+            for p in probes[1:])
+    else:  # a blind pass: contradicted by a finer step measuring another derivative
+        contradicted = first.measured is not None and any(
+            p.measured is not None and abs(p.measured - first.measured) > p.tolerance + first.tolerance
+            for p in probes[1:])
+    if not contradicted:
+        return verdict, first
+    measured = ", ".join(fmt(p.measured) for p in probes if p.measured is not None)
+    unresolved = Unresolved(label, measured=f"at {label}: central differences {measured} at steps shrinking "
+                                            "16-fold, none steady")
+    unresolved.failed_at_base = isinstance(verdict, DerivativeError)
+    return unresolved, first
+
+
+@dataclass
+class Probe:
+    """One probe at one step scale: its verdict (None: agrees; a str: a kink; ``Unresolved``; a DerivativeError),
+    whether it is steady (its differences agree across its steps better than their own size, and its one-sided
+    differences agree or jump less as the step shrinks: the output is smooth at this scale), and the central
+    difference and tolerance at its smallest step."""
+
+    verdict: object
+    steady: bool = True
+    measured: float = None
+    tolerance: float = None
+    predicted: float = None  # the analytical side of ``measured``
+    span: float = 0.0  # the argument's largest gradient times the probe direction's L1 norm
+    extrapolated: bool = False  # failed only where its errors were extrapolated to a zero step
+
+    def tells(self):
+        """Whether the probe tells the derivative it measured from zero and from twice itself (either is off by
+        the derivative itself)."""
+        return self.measured is not None and self.tolerance < abs(self.measured)
+
+    def flat(self):
+        """Whether both sides agree the derivative is about zero here (a saturated output), within a tolerance
+        below half of what the argument's largest gradient would give along the probe (``span``)."""
+        return self.measured is not None and abs(self.measured) <= self.tolerance and \
+            abs(self.predicted) <= self.tolerance < 0.5 * self.span
+
+    def described(self, label):
+        if self.measured is None:
+            return f"at {label}: no step moved the argument or the outputs"
+        return (f"at {label}: central difference {fmt(self.measured)} within a tolerance of {fmt(self.tolerance)}, "
+                "which a zero gradient, or twice the right one, would pass")
 
 
 def _negated_grads(fn, leaves, diff, outputs, cotangents):
@@ -125,13 +250,17 @@ def _negated_grads(fn, leaves, diff, outputs, cotangents):
 
 
 def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents64, grad, name, label, eps,
-                     leaf_scale, center):
-    """None when the probe agrees, the probe's label (a str) at a kink, else a DerivativeError."""
+                     leaf_scale, center, finer=False):
+    """The Probe at base step ``base``: its verdict (None when it agrees, the label, a str, at a kink, ``Unresolved``
+    when its steps cannot tell any gradient from another, else a DerivativeError) and whether it is steady.
+
+    ``finer``: a step below the base one, where truncation is already small: no Richardson extrapolation, which
+    would read an ill-conditioned kernel's rounding (cos of a large float32 argument) as an error that converged."""
     errors, predicted_values, floors, one_sided, factors = [], [], [], [], []
     # One element moved: a kink inside the steps is a jump that does not shrink (see _at_kink), so its errors may
     # be extrapolated. A random direction crosses more kinks the larger the step, an error linear in it that
     # extrapolation would keep.
-    extrapolate = "random" not in label
+    extrapolate = "random" not in label and not finer
     per_step = []  # (rounding noise summed as a random walk, stuck outputs' terms, width), for the extrapolation
     for factor in STEP_FACTORS:
         step = base * factor
@@ -164,9 +293,9 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
                              / width, stuck_terms, width))
     if len(errors) < 2 or not all(math.isfinite(e) for e in errors):
         if errors and not all(math.isfinite(e) for e in errors):
-            return DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf, 0.0,
-                                   "central differences in " + dtype_label(dtype), False, True)
-        return None
+            return Probe(DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf,
+                                         0.0, "central differences in " + dtype_label(dtype), False, True))
+        return Probe(None)
     spread = max(errors) - min(errors)
     # The best relative accuracy of central differences is about eps ** (2/3): allowed on this direction's
     # derivative, and (a few times) on the argument's largest gradient, where quantised outputs move.
@@ -175,28 +304,54 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
     tolerance = (SPREAD_FACTOR * spread + max(floors)
                  + eps ** (2 / 3) * (RELATIVE_FLOOR_ULPS * scale + LEAF_FLOOR_ULPS * reach))
     best = min(range(len(errors)), key=lambda i: abs(errors[i]))
-    extrapolated = _extrapolated_error(errors, factors, _noise(per_step, eps)) if extrapolate else None
+    extrapolated = _extrapolated_error(errors, factors, _noise(per_step, eps), math.sqrt(eps) * scale) \
+        if extrapolate else None
+    right, left = one_sided[-1]
+    first_jump = one_sided[0][0] - one_sided[0][1]
+    resolved = _resolves(errors, predicted_values, floors)
+    jump_settles = abs(right - left) <= tolerance or abs(right - left) < 0.5 * abs(first_jump)
+    probe = Probe(None, steady=resolved and jump_settles,
+                  measured=predicted_values[-1] + errors[-1], tolerance=tolerance, predicted=predicted_values[-1],
+                  span=leaf_scale * float(direction.abs().sum()))
     if abs(errors[best]) <= tolerance and extrapolated is None:
-        return None
+        if not resolved:
+            differences = ", ".join(fmt(e + p) for e, p in zip(errors, predicted_values))
+            probe.verdict = Unresolved(f"grad {name}{label}", f"at grad {name}{label}: differences {differences} "
+                                                              "at three steps")
+        return probe
     if abs(errors[best]) > tolerance:
         error, allowed = errors[best], tolerance
         why = f"the error stays at {', '.join(fmt(e) for e in errors)} whatever the step"
     else:
         error, allowed = extrapolated
+        probe.extrapolated = True
         why = (f"the errors {', '.join(fmt(e) for e in errors)} converge to {fmt(error)} as the step shrinks "
                "(Richardson extrapolation removes the steps' own truncation error)")
     if _at_kink(one_sided, allowed, one_element=extrapolate):  # a jump the steps straddle: not smooth
-        return f"grad {name}{label}"
+        probe.verdict = f"grad {name}{label}"
+        return probe
     steps = ", ".join(fmt(base * f) for f in factors)
     got = predicted_values[-1]
     expected = got + error
-    return DerivativeError(
+    probe.verdict = DerivativeError(
         output="all outputs", argument=name, element=f"grad {name}{label}", expected=expected, got=got,
         abs_error=abs(error), tolerance=allowed,
         strategy=(f"central differences in {dtype_label(dtype)} at steps {steps}; {why}, so it is the "
                   "gradient's, not rounding's"),
         argument_grad_all_zero=bool((grad == 0).all()), numerical_nonzero=expected != 0.0,
     )
+    return probe
+
+
+def _resolves(errors, predicted, floors):
+    """Whether the steps' differences agree well enough to judge a gradient: the tolerance's spread term
+    (``SPREAD_FACTOR`` times the disagreement between steps) stays below the derivative measured, or the
+    differences are at rounding's level (a flat direction, judged by the floors). An output that changes faster
+    than the steps can follow (``sin(50 x)`` at ``x ~ 100`` in float32) gives differences that are noise of the
+    derivative's own size: a zero backward would pass there."""
+    measured = [abs(e + p) for e, p in zip(errors, predicted)]
+    noise = SPREAD_FACTOR * (max(errors) - min(errors))
+    return noise < max(measured) or max(measured) <= max(floors)
 
 
 def _l1(terms):
@@ -241,7 +396,7 @@ def _noise(per_step, eps):
     return noise
 
 
-def _extrapolated_error(errors, factors, noise):
+def _extrapolated_error(errors, factors, noise, floor):
     """(error, tolerance) when the errors, freed of their steps' truncation error, converge to a value that is
     not 0, else None.
 
@@ -251,14 +406,18 @@ def _extrapolated_error(errors, factors, noise):
     the spread across steps. Richardson's ``(4 e(h) - e(2h)) / 3`` removes
     the ``h^2`` term; two such values from three halving steps must agree on
     a value other than 0, beyond their own disagreement and the rounding
-    noise, ``noise`` at the smallest step.
+    noise, ``noise`` at the smallest step, and beyond ``floor`` (``sqrt(eps)``
+    of the derivative: below that, an ill-conditioned kernel's own rounding,
+    such as ``cos`` of a large float32 argument in its backward, is no bug).
     """
     if len(errors) < 3 or any(b != 2 * a for a, b in zip(factors[1:], factors)):
         return None
     coarse, fine = ((4 * errors[i + 1] - errors[i]) / 3 for i in range(2))
     # fine's own rounding: 4/3 of the smallest step's plus 1/3 of the next one's (half of it); its truncation
-    # left over (the h^4 term) is a fifteenth of its distance to coarse.
-    tolerance = abs(coarse - fine) + 1.5 * noise
+    # left over (the h^4 term) is a fifteenth of its distance to coarse. A constant error makes both the same:
+    # where they differ by half of fine, it is noise the rounding estimate missed (an ill-conditioned forward,
+    # sin of a large float32 argument), not an error that converged.
+    tolerance = 2 * abs(coarse - fine) + 1.5 * noise + floor
     if abs(fine) <= tolerance or coarse * fine <= 0:
         return None
     return fine, tolerance

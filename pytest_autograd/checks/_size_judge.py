@@ -48,7 +48,7 @@ from pytest_autograd.engine.execution import (
 )
 from pytest_autograd.results.compare import compare_tensors, dtype_label, fmt
 
-RIGHT, WRONG, REFUSED, OUTSIDE = "right", "wrong", "refused", "outside"
+RIGHT, WRONG, REFUSED, OUTSIDE, UNRESOLVED = "right", "wrong", "refused", "outside", "unresolved"
 EXHAUSTIVE_ELEMENTS = 8  # the full Jacobian only for variants this small (2 evaluations an element); probes above
 LOW_PRECISION_K = 8.0  # the op may be this many times as far from float64 as the reference, or as itself at the sample
 INVALID_GRADIENT = "returned an invalid gradient"  # autograd refusing a gradient of the wrong shape: the op's bug
@@ -57,7 +57,8 @@ STRATEGY_REFERENCE = "outputs and gradients in float64 against the reference's (
 
 @dataclass
 class Verdict:
-    """What one variant showed: right, wrong (with the worst element), refused or outside (with why)."""
+    """What one variant showed: right, wrong (with the worst element), refused, outside or unresolved (central
+    differences in a low dtype could not judge it), with why."""
 
     status: str
     what: str = None  # "gradient w.r.t. `x`", "output 1"
@@ -254,10 +255,13 @@ class Judge:
             return Verdict(OUTSIDE, reason="the op's outputs hold inf or NaN there")
         if not prepared.leaves:
             return Verdict(RIGHT, notes=notes)
-        kinks = []
+        kinks, blind = [], []
         error = find_low_precision_error(lambda leaves: context.run_op(prepared, leaves), prepared.leaves,
-                                         prepared.names, context.generator, dtype, kinks=kinks)
+                                         prepared.names, context.generator, dtype, kinks=kinks, unresolved=blind)
         notes += [f"kinks at {', '.join(kinks[:3])} (one-sided differences differ): noted, not failed"] if kinks else []
+        if error is None and blind:
+            names = ", ".join(f"`{name}`" for name, _ in blind)
+            return Verdict(UNRESOLVED, reason=f"the gradient w.r.t. {names}: {blind[0][1]}")
         if error is None:
             return Verdict(RIGHT, notes=notes)
         return Verdict(WRONG, what=_what(error.argument, None), argument=error.argument, worst=error.worst(),

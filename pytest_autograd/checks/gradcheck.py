@@ -14,10 +14,11 @@ from pytest_autograd.checks._derivatives import (
     marker_tolerances,
 )
 from pytest_autograd.checks._first_order import plan_and_first_order
+from pytest_autograd.checks._float32_blind import judged_in_float32_after_kinks
 from pytest_autograd.checks._numerical import Precomputed
 from pytest_autograd.checks._hints import derivative_details, derivative_hint
 from pytest_autograd.checks._loci import derivative_locus
-from pytest_autograd.checks._low_precision import judge_first_derivatives
+from pytest_autograd.checks._low_precision import judge_first_derivatives, skip_unjudged
 from pytest_autograd.checks._surrogate import (
     OPTION,
     SURROGATE_HINT,
@@ -44,11 +45,11 @@ class GradCheck(Check):
         return constants_only_reason(case) or surrogate_reason(case, self.name)
 
     def run(self, context):
-        notes = KinkNotes()
+        notes, unjudged = KinkNotes(), []
         for index, sample in context.samples():
             plan, shared = plan_and_first_order(context, index, sample, second=second_derivatives_follow(context))
             if plan is not None:
-                judge_first_derivatives(context, sample, plan)
+                judge_first_derivatives(context, sample, plan, unjudged)
                 continue
             if shared is None:  # no differentiable argument in this sample
                 continue
@@ -66,11 +67,17 @@ class GradCheck(Check):
             for k in declared:
                 context.note(f"{output_names[k]} is declared non-differentiable (ctx.mark_non_differentiable): "
                              "its gradient is not judged")
+            noted_before = len(notes.lines)
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
                 notes=notes, outputs=outputs, nondifferentiable=declared, precomputed=_precomputed(context, shared),
                 **marker_tolerances(context.case),
             )
+            if error is None:
+                zero = any(g is not None and g.numel() and not bool(g.detach().ne(0).any()) for g in shared.grads)
+                plan = judged_in_float32_after_kinks(context, sample, notes, noted_before, zero_gradient=zero)
+                if plan is not None:
+                    judge_first_derivatives(context, sample, plan, unjudged)
             notes.flush(context)
             if error is not None:
                 context.fail(
@@ -85,6 +92,7 @@ class GradCheck(Check):
                     also=[{"argument": other.argument, "output": other.output, "worst": other.worst(),
                            "locus": derivative_locus(other, context, prepared, order=1)} for other in error.others],
                 )
+        skip_unjudged(context, self.name, unjudged)
 
 
 check = GradCheck()

@@ -20,8 +20,9 @@ from pytest_autograd.checks._derivatives import (
     marker_tolerances,
 )
 from pytest_autograd.checks._first_order import first_order, let_go
+from pytest_autograd.checks._float32_blind import judged_in_float32_after_kinks
 from pytest_autograd.checks._float64_support import float64_plan
-from pytest_autograd.checks._low_precision import judge_second_derivatives
+from pytest_autograd.checks._low_precision import judge_second_derivatives, skip_unjudged
 from pytest_autograd.checks._hints import derivative_details
 from pytest_autograd.checks._hygiene import written_by_backward
 from pytest_autograd.checks._loci import derivative_locus
@@ -75,11 +76,12 @@ class GradGradCheck(Check):
         return constants_only_reason(case)
 
     def run(self, context):
-        notes = KinkNotes()
+        notes, unjudged = KinkNotes(), []
         for index, sample in context.samples():
             plan = float64_plan(context, sample)
             if plan is not None:
-                judge_second_derivatives(context, sample, plan, functools.partial(_backward_function, context))
+                judge_second_derivatives(context, sample, plan, functools.partial(_backward_function, context),
+                                         unjudged)
                 continue
             prepared = context.prepare(sample, dtype=torch.float64)
             if not prepared.leaves:
@@ -106,12 +108,18 @@ class GradGradCheck(Check):
                     backward, leaves, leaf_names = _backward_function(context, prepared, outputs, differentiable,
                                                                       record)
                     first, precomputed = None, None
+                noted_before = len(notes.lines)
                 error = find_derivative_error(
                     backward, leaves, leaf_names, [f"grad {name}" for name in prepared.names], context.generator,
                     numerical_needs_grad=True, notes=notes, outputs=first, precomputed=precomputed,
                     **marker_tolerances(context.case),
                 )
+                plan = judged_in_float32_after_kinks(context, sample, notes, noted_before) if error is None else None
                 notes.flush(context)
+                if plan is not None:
+                    judge_second_derivatives(context, sample, plan, functools.partial(_backward_function, context),
+                                             unjudged)
+                    continue
             except OpRaised as raised:
                 if only_backward_works(raised.error):
                     skip(SECOND_DERIVATIVE_REASON)
@@ -145,6 +153,7 @@ class GradGradCheck(Check):
                 hint=_mismatch_hint(error, context, prepared, outputs, differentiable, leaves),
                 **_loci(error, context, prepared, leaves, differentiable),
             )
+        skip_unjudged(context, self.name, unjudged)
 
 
 def _fail_if_backward_overwrites_what_it_needs(context, prepared, differentiable, raised):

@@ -29,6 +29,7 @@ from pytest_autograd.checks._size_judge import (
     OUTSIDE,
     REFUSED,
     RIGHT,
+    UNRESOLVED,
     WRONG,
     Judge,
     size_ratio,
@@ -269,7 +270,8 @@ class _Run:
         context = self.context
         for (index, size), seen in self.seen.items():
             axis = next(a for a in self.axes[index] if a.size == size)
-            for status, verb in ((REFUSED, "the op refuses"), (OUTSIDE, "outside the op's domain")):
+            for status, verb in ((REFUSED, "the op refuses"), (OUTSIDE, "outside the op's domain"),
+                                 (UNRESOLVED, "central differences cannot follow the op's outputs at")):
                 found = {s: v for s, v in seen.items() if v.status == status}
                 if not found:
                     continue

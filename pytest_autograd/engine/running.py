@@ -38,16 +38,9 @@ def _judged_in_float32_instead(context, failure):
     report = failure.report
     if report.dtype != "float64" or not isinstance(report.sample, int) or report.sample >= len(context.case.samples):
         return False
-    from pytest_autograd.checks._float32_blind import float32_blind_plan
-    from pytest_autograd.checks._float64_support import adopt
+    from pytest_autograd.checks._float32_blind import float32_instead
 
-    sample = context.case.samples[report.sample]
-    with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
-        plan = float32_blind_plan(context, sample)
-    if plan is None:
-        return False
-    adopt(context, sample, plan)
-    return True
+    return float32_instead(context, context.case.samples[report.sample]) is not None
 
 
 def _run_once(check, context, reseed):

@@ -205,7 +205,8 @@ def _case(item, spec, device, settings):
     def build():
         with seeded(seed):
             built = _build_case(item, marker_of(item, spec), device, item.nodeid, given)
-        built.shared_by = (run_token(item.config), item.nodeid.split("[")[0], getattr(spec, "marker", 0))
+        built.shared_by = (run_token(item.config), key.test, key.marker)  # the test with its own parameters: what
+        # one parameter set shows about the op (its float64 plan) is not another's
         return built
 
     case = shared_case(item, spec, key, seed, given, build)
