@@ -148,3 +148,23 @@ def test_a_backward_right_only_for_positive_grad_outputs_is_still_called_nonline
     (outcome,) = run_checks(PositiveOnly, x, checks="gradcheck", shrink=0)
     assert outcome.status == "failed"
     assert "so backward is not linear in grad_output" in outcome.detail, outcome.detail
+
+
+def test_a_float32_only_op_whose_outputs_turn_nan_within_the_step_fails_naming_it():
+    # The finer-step judging once raised a TypeError here: a probe with differences that are not finite has no
+    # measured derivative to compare.
+    class NanAboveHalf(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if x.dtype != torch.float32:
+                raise TypeError("float32 only")
+            return torch.where(x > 0.5, torch.full_like(x, float("nan")), 2 * x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return 2 * grad
+
+    x = torch.full((8,), 0.4999)
+    (outcome,) = run_checks(NanAboveHalf, x, checks="gradcheck", shrink=0)
+    assert outcome.status == "failed"
+    assert "expected nan (numerical)" in outcome.detail, outcome.detail

@@ -12,7 +12,7 @@ bfloat16 or float16, for a kernel that rounds its inputs to one of those).
 
 import torch
 
-from pytest_autograd.checks._float64_support import Plan, own_generator
+from pytest_autograd.checks._float64_support import Plan, own_generator, runs_in
 from pytest_autograd.engine.execution import OpRaised, floating_tensors
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import dtype_label
@@ -56,7 +56,7 @@ def float32_blind_plan(context, sample):
                       for leaf in prepared.leaves]  # drawn on the CPU: the same direction on every device
             for dtype, below, resolves in LEVELS:
                 if _blind_at(context, prepared, base, shifts, below, resolves, whole=dtype != torch.float32) \
-                        and _runs_in(context, sample, dtype):
+                        and (dtype == torch.float32 or _takes(context, sample, dtype)):
                     return Plan(dtype, f"the op computes (part of) its forward in {dtype_label(dtype)} for float64 "
                                        f"inputs (its float64 outputs miss input changes below {dtype_label(dtype)}'s "
                                        "resolution)")
@@ -86,16 +86,11 @@ def _blind_at(context, prepared, base, shifts, below, resolves, whole):
     return bool(moving) and missed > BLIND_SHARE * moving
 
 
-def _runs_in(context, sample, dtype):
-    """Whether the op takes ``sample`` in ``dtype`` (float32, the sample's own, is taken as given)."""
-    if dtype == torch.float32:
-        return True
-    from pytest_autograd.checks._float64_support import _runs_in as runs
-
-    try:
-        return runs(context, sample, dtype)
-    finally:
-        context.dtype = None
+def _takes(context, sample, dtype):
+    """Whether the op runs forward and backward on ``sample`` in a 16-bit ``dtype`` (float32, the sample's own
+    dtype, needs no asking)."""
+    with torch.enable_grad():
+        return runs_in(context, sample, dtype)
 
 
 def _apart(tiny, resolved):
@@ -138,7 +133,7 @@ def _same(first, second):
                                               for a, b in zip(first, second))
 
 
-def judged_in_float32_after_kinks(context, sample, notes, noted_before, zero_gradient=False):
+def plan_after_float64_pass(context, sample, notes, noted_before, zero_gradient=False):
     """After a float64 pass that noted kinks or jumps (``notes.lines`` beyond ``noted_before``) or found an
     argument's gradient all zero (``zero_gradient``): the plan to judge ``sample`` in the dtype the op computes in
     when it computes below float64, adopted for the rest of the item, its kink notes withdrawn; else None.
@@ -156,7 +151,7 @@ def judged_in_float32_after_kinks(context, sample, notes, noted_before, zero_gra
 
 def float32_instead(context, sample):
     """``float32_blind_plan`` for ``sample``, asked without touching the caller's random state, adopted when
-    found (every later check of the item and of its test judges the sample in float32)."""
+    found (every later check of the item and of its test judges the sample in the plan's dtype)."""
     from pytest_autograd.checks._float64_support import adopt
     from pytest_autograd.engine.devices import cuda_devices
     from pytest_autograd.engine.torch_noise import quiet_torch_machinery

@@ -179,14 +179,15 @@ def _plan_for_raising(context, sample, raised, declared):
     if declared is not None:
         return None
     for dtype in LOW_DTYPES:
-        if _runs_in(context, sample, dtype):
+        if runs_in(context, sample, dtype):
             first = str(raised.error).strip().splitlines()[0] if str(raised.error).strip() else ""
             return Plan(dtype, f"the op's {raised.phase} raises on float64 ({type(raised.error).__name__}: "
                                f"{first[:120]})")
     return None
 
 
-def _runs_in(context, sample, dtype):
+def runs_in(context, sample, dtype):
+    """Whether the op runs forward and backward on ``sample`` in ``dtype`` (leaves ``context.dtype`` set)."""
     prepared = context.prepare(sample, dtype=dtype)
     try:
         outputs = context.run_op(prepared)

@@ -162,9 +162,8 @@ def _judge_at_scales(judge, base, label):
     """
     first = judge(base)
     verdict = first.verdict
-    if verdict is None or (isinstance(verdict, str) and not isinstance(verdict, Unresolved)):
-        return verdict, first
-    if first.steady and not isinstance(verdict, DerivativeError):
+    if verdict is None or (isinstance(verdict, str) and not isinstance(verdict, Unresolved)) \
+            or first.measured is None:  # a pass, a kink, or differences that are not finite: it stands
         return verdict, first
     # Differences that see less than half the change the gradient predicts, at every step alike: the reading of
     # steps far coarser than the output's turns (their average slope is about 0), or a gradient too large.

@@ -14,7 +14,7 @@ from pytest_autograd.checks._derivatives import (
     marker_tolerances,
 )
 from pytest_autograd.checks._first_order import plan_and_first_order
-from pytest_autograd.checks._float32_blind import judged_in_float32_after_kinks
+from pytest_autograd.checks._float32_blind import plan_after_float64_pass
 from pytest_autograd.checks._numerical import Precomputed
 from pytest_autograd.checks._hints import derivative_details, derivative_hint
 from pytest_autograd.checks._loci import derivative_locus
@@ -75,7 +75,7 @@ class GradCheck(Check):
             )
             if error is None:
                 zero = any(g is not None and g.numel() and not bool(g.detach().ne(0).any()) for g in shared.grads)
-                plan = judged_in_float32_after_kinks(context, sample, notes, noted_before, zero_gradient=zero)
+                plan = plan_after_float64_pass(context, sample, notes, noted_before, zero_gradient=zero)
                 if plan is not None:
                     judge_first_derivatives(context, sample, plan, unjudged)
             notes.flush(context)

@@ -20,7 +20,7 @@ from pytest_autograd.checks._derivatives import (
     marker_tolerances,
 )
 from pytest_autograd.checks._first_order import first_order, let_go
-from pytest_autograd.checks._float32_blind import judged_in_float32_after_kinks
+from pytest_autograd.checks._float32_blind import plan_after_float64_pass
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._low_precision import judge_second_derivatives, skip_unjudged
 from pytest_autograd.checks._hints import derivative_details
@@ -114,7 +114,7 @@ class GradGradCheck(Check):
                     numerical_needs_grad=True, notes=notes, outputs=first, precomputed=precomputed,
                     **marker_tolerances(context.case),
                 )
-                plan = judged_in_float32_after_kinks(context, sample, notes, noted_before) if error is None else None
+                plan = plan_after_float64_pass(context, sample, notes, noted_before) if error is None else None
                 notes.flush(context)
                 if plan is not None:
                     judge_second_derivatives(context, sample, plan, functools.partial(_backward_function, context),
