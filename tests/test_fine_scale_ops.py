@@ -150,10 +150,10 @@ def test_a_backward_right_only_for_positive_grad_outputs_is_still_called_nonline
     assert "so backward is not linear in grad_output" in outcome.detail, outcome.detail
 
 
-def test_a_float32_only_op_whose_outputs_turn_nan_within_the_step_fails_naming_it():
-    # The finer-step judging once raised a TypeError here: a probe with differences that are not finite has no
-    # measured derivative to compare.
+def _nan_above_half(slope):
     class NanAboveHalf(torch.autograd.Function):
+        """2x up to 0.5, NaN past it: a float32-only op whose domain ends within gradcheck's float32 step."""
+
         @staticmethod
         def forward(ctx, x):
             if x.dtype != torch.float32:
@@ -162,9 +162,22 @@ def test_a_float32_only_op_whose_outputs_turn_nan_within_the_step_fails_naming_i
 
         @staticmethod
         def backward(ctx, grad):
-            return 2 * grad
+            return slope * grad
 
-    x = torch.full((8,), 0.4999)
-    (outcome,) = run_checks(NanAboveHalf, x, checks="gradcheck", shrink=0)
-    assert outcome.status == "failed"
-    assert "expected nan (numerical)" in outcome.detail, outcome.detail
+    return NanAboveHalf
+
+
+def test_a_float32_only_op_whose_step_leaves_its_domain_is_judged_at_a_finer_step_inside_it():
+    x = torch.full((8,), 0.4999)  # the float32 step, 0.0025, crosses 0.5
+    (right,) = run_checks(_nan_above_half(2.0), x, checks="gradcheck", shrink=0)
+    assert right.status == "passed", right.detail
+    (wrong,) = run_checks(_nan_above_half(3.0), x, checks="gradcheck", shrink=0)
+    assert wrong.status == "failed"
+    assert "does not match the numerical derivative in float32" in wrong.detail, wrong.detail
+
+
+def test_a_float32_only_op_not_finite_at_every_step_around_the_sample_is_not_judged_there():
+    x = torch.full((8,), 0.5 - 2e-7)  # within a float32 rounding of the edge: no step stays inside
+    (outcome,) = run_checks(_nan_above_half(2.0), x, checks="gradcheck", shrink=0)
+    assert outcome.status == "skipped", outcome.detail
+    assert "the outputs turn inf/NaN at every step down to" in outcome.detail, outcome.detail

@@ -22,20 +22,25 @@ from pytest_autograd.checks._numerical import (
 )
 from pytest_autograd.checks._patterns import jacobian_pattern
 from pytest_autograd.engine.execution import grads_of
-from pytest_autograd.results.compare import fmt_index
+from pytest_autograd.results.compare import fmt, fmt_index
 from pytest_autograd.results.evidence import Evidence
 
+DOMAIN_SHRINKS = (16, 256, 4096)  # finer steps tried, in turn, for a column whose step leaves the op's domain
 JUMP_COLUMNS = 256  # mismatching input elements re-measured with half the step
 
 
 def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, analytical, atol, rtol, eps, notes):
     """The worst DerivativeError over every Jacobian element, or None; kinks go to ``notes``."""
     f0 = [out.detach() for out in outputs]
-    central, right, left = _numerical_jacobians(evaluator, f0, eps)
+    central, right, left, steps = _numerical_jacobians(evaluator, f0, eps)
+    outside = _outside(central, f0, steps, eps)
     rows = _analytical_jacobians(outputs, evaluator.base, leaves, cotangents, analytical, evaluator)
     worst = None
     kinks = [kink_mask(central[k], right[k], left[k], rows[k], atol, rtol) for k in range(len(outputs))]
-    jumps = _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps)
+    kinks = _confirmed_kinks(evaluator, f0, rows, kinks, right, left, atol, rtol, steps)
+    if outside is not None:  # not judged: said in the notes
+        kinks = [kink | outside.unsqueeze(0) for kink in kinks]
+    jumps = _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, steps)
     per_argument = {}  # each wrong argument's worst element, over every output
     for k, output in enumerate(outputs):
         mask = kinks[k] | jumps[k]
@@ -66,6 +71,9 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
     worst = with_others(per_argument.values())
     if worst is not None:
         return worst
+    _note_domain(evaluator, names, steps, eps, outside, notes)
+    if outside is not None:  # kept out of the kink notes and the tied direction: not kinks
+        kinks = [kink & ~outside.unsqueeze(0) for kink in kinks]
     _note_kinks(kinks, central, right, left, rows, outputs, output_names, evaluator, names, notes, notes.add)
     _note_kinks(jumps, central, right, left, rows, outputs, output_names, evaluator, names, notes, notes.add_jump)
     if any(bool(mask.any()) for mask in kinks):
@@ -75,37 +83,121 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
     judged = torch.zeros(evaluator.numel, dtype=torch.bool, device=evaluator.device)
     for kink, jump in zip(kinks, jumps):
         judged |= (kink | jump).any(dim=0)
+    if outside is not None:
+        judged |= outside
     return _random_cotangent(evaluator, central, right, left, rows, cotangents, analytical, names, atol, rtol,
                              judged)
 
 
 def _numerical_jacobians(evaluator, f0, eps):
-    """Per output: central, right and left difference Jacobians, (numel_out, numel_in) each."""
+    """Per output: central, right and left difference Jacobians, (numel_out, numel_in) each; and per input
+    element the step its column was measured with.
+
+    Where a step leaves the op's domain (its outputs turn inf/NaN while they are
+    finite at the sample: ``sqrt`` of an element nearer 0 than the step), that
+    column is measured again at finer steps (``DOMAIN_SHRINKS``); a column
+    still not finite at the finest is left as it is, for ``_outside`` to leave out.
+    """
     n = evaluator.numel
     central = [torch.zeros(o.numel(), n, dtype=o.dtype, device=o.device) for o in f0]
     right = [torch.zeros_like(c) for c in central]
     left = [torch.zeros_like(c) for c in central]
+    steps = [eps] * n
+    shrinks = (1,) + DOMAIN_SHRINKS if _finite(f0) else (1,)
     for j, base in enumerate(evaluator.base):
         for e in range(base.numel()):
-            # torch.zeros, not zeros_like: a channels-last leaf gives a non-contiguous zeros_like.
-            step = torch.zeros(base.numel(), dtype=base.dtype, device=base.device)
-            step[e] = eps
-            steps = [None] * len(evaluator.base)
-            steps[j] = step.view(base.shape)
-            plus = evaluator.at(steps)
-            steps[j] = -steps[j]
-            minus = evaluator.at(steps)
+            h, plus, minus = _inside(evaluator, j, e, eps, shrinks)
             column = evaluator.offsets[j] + e
+            steps[column] = h
             for k, (p, m, o) in enumerate(zip(plus, minus, f0)):
                 p, m, o = p.reshape(-1), m.reshape(-1), o.reshape(-1)
-                central[k][:, column] = (p - m) / (2 * eps)
-                right[k][:, column] = (p - o) / eps
-                left[k][:, column] = (o - m) / eps
-    return central, right, left
+                central[k][:, column] = (p - m) / (2 * h)
+                right[k][:, column] = (p - o) / h
+                left[k][:, column] = (o - m) / h
+    return central, right, left, steps
 
 
-def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps):
-    """Masks of mismatches (not kinks) where a one-sided difference grows like 1/eps: half steps, those columns only."""
+def _inside(evaluator, j, e, eps, shrinks):
+    """(step, outputs at +step, at -step) for element ``e`` of leaf ``j``: ``eps`` when both are finite there;
+    else one shrink finer than the first of ``eps / shrinks`` where they are (curvature near a domain edge grows
+    like 1/distance: the step must be well inside it, not just inside); else the finest tried."""
+    base = evaluator.base[j]
+    inside = tried = None
+    for number, shrink in enumerate(shrinks):
+        h = eps / shrink
+        # torch.zeros, not zeros_like: a channels-last leaf gives a non-contiguous zeros_like.
+        step = torch.zeros(base.numel(), dtype=base.dtype, device=base.device)
+        step[e] = h
+        moved = [None] * len(evaluator.base)
+        moved[j] = step.view(base.shape)
+        plus = evaluator.at(moved)
+        moved[j] = -moved[j]
+        minus = evaluator.at(moved)
+        tried = h, plus, minus
+        finite = _finite(plus) and _finite(minus)
+        if finite and (number == 0 or inside is not None):
+            return tried
+        if finite:
+            inside = tried
+        elif inside is not None:
+            return inside
+    return inside or tried
+
+
+def _finite(tensors):
+    return all(bool(t.isfinite().all()) for t in tensors if t.is_floating_point())
+
+
+def _outside(central, f0, steps, eps):
+    """Input elements whose columns are not finite at their finest step, where the outputs at the sample are: the
+    op's domain ends nearer than that step (a bool mask over the input elements; None when there are none)."""
+    if not _finite(f0):
+        return None
+    outside = torch.zeros(len(steps), dtype=torch.bool, device=central[0].device if central else None)
+    for c in central:
+        outside |= ~c.isfinite().all(dim=0)
+    return outside if bool(outside.any()) else None
+
+
+def _note_domain(evaluator, names, steps, eps, outside, notes):
+    """Say which elements were measured with a finer step, or not at all, because the step left the op's domain."""
+    finer = [column for column, h in enumerate(steps) if h < eps and (outside is None or not bool(outside[column]))]
+    if finer:
+        j, _ = evaluator.leaf_of(finer[0])
+        notes.add_domain_step(f"moving single elements of `{names[j]}`", eps, min(steps[c] for c in finer))
+    if outside is not None:
+        examples = []
+        for column in outside.nonzero().flatten().tolist()[:3]:
+            j, index = evaluator.leaf_of(column)
+            value = float(evaluator.base[j].reshape(-1)[column - evaluator.offsets[j]])
+            examples.append(f"{names[j]}{fmt_index(index)} = {fmt(value)}")
+        notes.add_domain_edges(int(outside.sum()), ", ".join(examples), eps / DOMAIN_SHRINKS[-1])
+
+
+def _confirmed_kinks(evaluator, f0, rows, kinks, right, left, atol, rtol, steps):
+    """The kink masks, less the elements whose one-sided gap halves with the step while the central difference at
+    half the step still disagrees: strong curvature (``sqrt`` just inside its domain), not a kink, so the mismatch
+    is judged. A kink's gap stays whatever the step; only the first ``JUMP_COLUMNS`` columns are measured again."""
+    columns = torch.zeros(evaluator.numel, dtype=torch.bool, device=evaluator.device)
+    for kink in kinks:
+        columns |= kink.any(dim=0)
+    for column in columns.nonzero().flatten().tolist()[:JUMP_COLUMNS]:
+        h = steps[column] / 2
+        step = torch.zeros(evaluator.numel, dtype=evaluator.dtype, device=evaluator.device)
+        step[column] = h
+        plus, minus = evaluator.at_flat(step), evaluator.at_flat(-step)
+        for k, (p, m, o) in enumerate(zip(plus, minus, f0)):
+            p, m, o = p.reshape(-1), m.reshape(-1), o.reshape(-1)
+            central = (p - m) / (2 * h)
+            agrees = (central - rows[k][:, column]).abs() <= atol + rtol * central.abs()
+            stays = ((p - o) / h - (o - m) / h).abs() > 0.75 * (right[k][:, column] - left[k][:, column]).abs()
+            kinks[k][:, column] &= stays | agrees
+    return kinks
+
+
+def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, steps):
+    """Masks of mismatches (not kinks) where a one-sided difference grows like 1/eps: half steps (of each column's
+    own), those columns only."""
     masks = [torch.zeros_like(kink) for kink in kinks]
     suspects = torch.zeros(evaluator.numel, dtype=torch.bool, device=evaluator.device)
     for k, kink in enumerate(kinks):
@@ -114,6 +206,7 @@ def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, eps):
     columns = suspects.nonzero().flatten().tolist()[:JUMP_COLUMNS]
     for column in columns:
         j, _ = evaluator.leaf_of(column)
+        eps = steps[column]
         step = torch.zeros(evaluator.numel, dtype=evaluator.dtype, device=evaluator.device)
         step[column] = eps / 2
         plus, minus = evaluator.at_flat(step), evaluator.at_flat(-step)
@@ -274,7 +367,9 @@ def _worst_beyond(numerical, analytical, allowed, excluded):
     error, or None when every element not ``excluded`` is within it."""
     error = (numerical - analytical).abs()
     error = torch.where(error.isnan(), torch.full_like(error, float("inf")), error)
-    ratio = torch.where(excluded, torch.zeros_like(error), error / allowed)
+    ratio = error / allowed
+    ratio = torch.where(ratio.isnan(), torch.full_like(ratio, float("inf")), ratio)  # NaN hides no other element
+    ratio = torch.where(excluded, torch.zeros_like(error), ratio)
     if ratio.numel() == 0 or not bool(ratio.max() > 1):
         return None
     e = int(torch.argmax(ratio))

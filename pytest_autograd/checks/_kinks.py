@@ -80,3 +80,16 @@ class KinkNotes:
             f"a random direction over {argument_names} crosses kinks (left {fmt(left)}, right {fmt(right)}, "
             f"analytical {fmt(analytical)} between them); judged by its one-sided differences; noted, not failed"
         )
+
+    def add_domain_step(self, moving, step, finer):
+        self.lines.append(
+            f"a step of {fmt(step)} {moving} leaves the op's domain (its "
+            f"outputs turn inf/NaN: elements nearer than the step to where the op stops being finite, as sqrt or log "
+            f"near 0); judged with a step of {fmt(finer)} instead; noted, not failed"
+        )
+
+    def add_domain_edges(self, count, examples, step):
+        self.lines.append(
+            f"{count} element(s) within {fmt(step)} of where the op stops being finite (a step that small still "
+            f"leaves its domain), e.g. {examples}: their derivatives not judged; every other element judged"
+        )

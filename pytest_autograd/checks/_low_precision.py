@@ -99,11 +99,13 @@ def judge_first_derivatives(context, sample, plan, unjudged):
     else:
         prepared = context.prepare(sample, dtype=dtype)
         if prepared.leaves:
-            kinks, ties, blind = [], [], []
+            kinks, ties, blind, domain = [], [], [], []
             error = find_low_precision_error(lambda leaves: context.run_op(prepared, leaves), prepared.leaves,
                                              prepared.names, context.generator, dtype, kinks=kinks, ties=ties,
-                                             unresolved=blind)
+                                             unresolved=blind, domain=domain)
             _note_kinks("gradcheck", kinks)
+            for line in domain:
+                note(f"gradcheck: {line}")
             for line in ties:
                 note(f"gradcheck: {line} (at a tie a selection flips: noted, not failed)")
             if error is not None:
@@ -141,10 +143,12 @@ def judge_second_derivatives(context, sample, plan, backward_of, unjudged):
         differentiable = differentiable_indices(outputs)
         if differentiable:
             fn, leaves, names = backward_of(prepared, outputs, differentiable)
-            kinks, blind = [], []
+            kinks, blind, domain = [], [], []
             error = find_low_precision_error(fn, leaves, names, context.generator, dtype, needs_grad=True,
-                                             kinks=kinks, unresolved=blind)
+                                             kinks=kinks, unresolved=blind, domain=domain)
             _note_kinks("gradgradcheck", kinks)
+            for line in domain:
+                note(f"gradgradcheck: {line}")
             if error is not None:
                 context.fail(f"second derivative of {error.output} w.r.t. `{error.argument}` does not match the "
                              f"numerical one in {dtype_label(dtype)}", dtype=dtype_label(dtype), output=error.output,

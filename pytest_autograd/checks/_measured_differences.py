@@ -46,6 +46,7 @@ class Unresolved(str):
 
     failed_at_base = False  # whether it failed at the base step (then its argument is not judged, whatever the
     # other probes say: a finer step contradicted the failure without settling the derivative)
+    outside = False  # its outputs were not finite at any step, while finite at the point: the op's domain ends there
 
     def __new__(cls, label, measured):
         made = super().__new__(cls, label)
@@ -54,7 +55,7 @@ class Unresolved(str):
 
 
 def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, ties=None,
-                             unresolved=None):
+                             unresolved=None, domain=None):
     """Worst DerivativeError of ``fn(leaves) -> outputs`` (leaves in ``dtype``), or None.
 
     ``unresolved``, a list, receives ``(argument name, what a probe measured)``
@@ -67,7 +68,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     failure where arguments hold tied values is judged again at a tie-free
     point (see ``_ties``); when it passes there, the ties are described in it.
     """
-    found = _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad, kinks, unresolved)
+    found = _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad, kinks, unresolved, domain)
     if found is None or found.smooth or ties is None:
         return found
     from pytest_autograd.checks._ties import MIN_STEP_OVER_EPS, find_ties, tie_free
@@ -85,7 +86,7 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     moved = [m.to(leaf.dtype).requires_grad_(True) for m, leaf in zip(moved, leaves)]
     if find_ties(moved, names):  # rounding to the dtype tied them again
         return found
-    again = _find_low_precision_error(fn, moved, names, generator, dtype, needs_grad, kinks, unresolved)
+    again = _find_low_precision_error(fn, moved, names, generator, dtype, needs_grad, kinks, unresolved, domain)
     if again is not None:
         again.strategy += "; at a tie-free point (the sample's tied values moved apart), so not the tie's"
         return again
@@ -93,7 +94,8 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     return None
 
 
-def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, unresolved=None):
+def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, unresolved=None,
+                              domain=None):
     outputs = fn(leaves)
     diff = differentiable_indices(outputs)
     if not diff or not leaves:
@@ -123,10 +125,22 @@ def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fa
         base = eps ** (1 / 3) * (peak if peak > 0 else 1.0)
         leaf_scale = float(analytical[j].abs().max()) if analytical[j].numel() else 0.0
         told, blind = False, []  # told: a probe told the derivative from zero and from twice itself
+        noted = False
         for label, direction in _directions(leaf, generator):
-            found, probe = _judge_at_scales(lambda step, finer=False: _judge_direction(  # noqa: B023
-                evaluate, leaves, j, x, direction, step, dtype, cotangents64, analytical[j], names[j], label, eps,
-                leaf_scale, center, finer), base, label)
+            def judge(step, finer=False, direction=direction, label=label):
+                return _judge_direction(evaluate, leaves, j, x, direction, step, dtype, cotangents64, analytical[j],
+                                        names[j], label, eps, leaf_scale, center, finer)
+
+            found, probe = _judge_at_scales(judge, base, label)
+            if getattr(found, "outside", False) and direction.count_nonzero() > 1:
+                edges = _domain_edges(evaluate, leaves, j, x, direction, base * FINER_STEPS[-1], dtype)
+                if edges and domain is not None and not noted:
+                    domain.append(_edges_line(names[j], x, edges, base * FINER_STEPS[-1]))
+                    noted = True
+                if edges:  # judged over every other element
+                    kept = direction.clone()
+                    kept.view(-1)[edges] = 0.0
+                    found, probe = _judge_at_scales(lambda step, finer=False: judge(step, finer, kept), base, label)
             if isinstance(found, Unresolved):
                 blind.append(found)
             elif isinstance(found, str):
@@ -161,6 +175,15 @@ def _judge_at_scales(judge, base, label):
     pass or a kink at ``base`` stands as it is.
     """
     first = judge(base)
+    if first.outside:  # a step left the op's domain (sqrt near 0): judged from the first finer step inside it
+        inside = next((base * shrink for shrink in FINER_STEPS if not judge(base * shrink, finer=True).outside), None)
+        if inside is None:
+            unresolved = Unresolved(label, measured=f"at {label}: the outputs turn inf/NaN at every step down to "
+                                                    f"{fmt(base * FINER_STEPS[-1])}, where they are finite at the "
+                                                    "sample itself: the op's domain ends nearer than that")
+            unresolved.outside = True
+            return unresolved, first
+        return _judge_at_scales(lambda step, finer=False: judge(step, finer=True), inside, label)
     verdict = first.verdict
     if verdict is None or (isinstance(verdict, str) and not isinstance(verdict, Unresolved)) \
             or first.measured is None:  # a pass, a kink, or differences that are not finite: it stands
@@ -213,6 +236,7 @@ class Probe:
     predicted: float = None  # the analytical side of ``measured``
     span: float = 0.0  # the argument's largest gradient times the probe direction's L1 norm
     extrapolated: bool = False  # failed only where its errors were extrapolated to a zero step
+    outside: bool = False  # its steps left the op's domain: outputs finite at the point, not at the moved points
 
     def tells(self):
         """Whether the probe tells the derivative it measured from zero and from twice itself (either is off by
@@ -293,7 +317,8 @@ def _judge_direction(evaluate, leaves, j, x, direction, base, dtype, cotangents6
     if len(errors) < 2 or not all(math.isfinite(e) for e in errors):
         if errors and not all(math.isfinite(e) for e in errors):
             return Probe(DerivativeError("all outputs", name, f"grad {name}{label}", math.nan, math.nan, math.inf,
-                                         0.0, "central differences in " + dtype_label(dtype), False, True))
+                                         0.0, "central differences in " + dtype_label(dtype), False, True),
+                         outside=all(bool(c.isfinite().all()) for c in center))
         return Probe(None)
     spread = max(errors) - min(errors)
     # The best relative accuracy of central differences is about eps ** (2/3): allowed on this direction's
@@ -455,6 +480,46 @@ def _sign_error(analytical, negated, names, eps):
                 False, True, smooth=True)
             worst = pick(worst, found)
     return worst
+
+
+DOMAIN_EDGES = 8  # elements left out of a random direction, at most, where its finest step leaves the op's domain
+
+
+def _domain_edges(evaluate, leaves, j, x, direction, step, dtype):
+    """Flat indices of the elements of argument ``j`` whose ``step`` along ``direction`` alone makes the outputs
+    non-finite, found by bisection; None when more than ``DOMAIN_EDGES`` are, or none alone does."""
+    flat_direction, found, stack = direction.reshape(-1), [], [(0, x.numel())]
+
+    def stays_finite(low, high):
+        part = torch.zeros_like(flat_direction)
+        part[low:high] = flat_direction[low:high]
+        for sign in (1.0, -1.0):
+            moved = [leaf.detach() for leaf in leaves]
+            moved[j] = (x + sign * step * part.view(x.shape)).to(dtype)
+            if not all(bool(out.isfinite().all()) for out in evaluate(moved)):
+                return False
+        return True
+
+    while stack:
+        low, high = stack.pop()
+        if stays_finite(low, high):
+            continue
+        if high - low == 1:
+            found.append(low)
+            if len(found) > DOMAIN_EDGES:
+                return None
+            continue
+        middle = (low + high) // 2
+        stack += [(middle, high), (low, middle)]
+    return sorted(found) or None
+
+
+def _edges_line(name, x, edges, step):
+    examples = ", ".join(f"{name}{fmt_index(unravel(flat, tuple(x.shape)))} = {fmt(float(x.reshape(-1)[flat]))}"
+                         for flat in edges[:3])
+    return (f"{len(edges)} element(s) of `{name}` within {fmt(step)} of where the op stops being finite (the finest "
+            f"step still leaves its domain), e.g. {examples}: left out of the random directions, every other "
+            "element judged")
 
 
 def _directions(leaf, generator):

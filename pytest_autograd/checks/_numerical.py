@@ -192,6 +192,11 @@ def worst_of(numerical, analytical, atol, rtol, excluded=None):
     error = torch.where(error.isnan(), torch.full_like(error, math.inf), error)
     tolerance = atol + rtol * numerical.abs()
     ratio = error / tolerance
+    # A numerical value that is not finite (outputs inf/NaN at the sample itself: its elements outside the op's
+    # domain) must not hide the other elements from argmax: it fails, ahead of a backward's own inf/NaN, which
+    # may only be the sample's undefined outputs propagated (0 * inf in a batched backward).
+    ratio = torch.where(ratio.isnan() | ~numerical.isfinite(), torch.full_like(ratio, math.inf),
+                        ratio.clamp(max=torch.finfo(ratio.dtype).max))
     if excluded is not None:
         ratio = torch.where(excluded, torch.zeros_like(ratio), ratio)
     flat = int(torch.argmax(ratio))

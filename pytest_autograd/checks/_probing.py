@@ -16,7 +16,18 @@ probe's own finite-difference error, estimated from a second step size
 a ramp-weighted probe guesses the element, and when the guess does not
 confirm, bisection finds it in about log2(n) probes; the element is then
 judged alone as the exhaustive path would judge it, and the report names it.
+
+A step may leave the op's domain: ``sqrt`` or ``log`` of ``torch.rand``
+samples holds elements closer to 0 than the step (a 256k-element sample
+does, one time in three), and the moved outputs are NaN there while the op
+is right. Such probes are measured again at finer steps (``DOMAIN_SHRINKS``)
+until every one stays inside, and the note says so; where none does, the
+few elements whose step alone leaves the domain are found by bisection and
+left out of the probes, named in the note. Where more than
+``DOMAIN_EDGES`` are, the non-finite differences stand as the failure.
 """
+
+import math
 
 import torch
 
@@ -31,11 +42,13 @@ from pytest_autograd.checks._patterns import (
     worth_naming,
 )
 from pytest_autograd.engine.draws import probe_direction
-from pytest_autograd.results.compare import fmt_index
+from pytest_autograd.results.compare import fmt, fmt_index
 
 PROBES = 3  # independent whole-input directions
 NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-difference error
 OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
+DOMAIN_SHRINKS = (16, 256, 4096)  # finer steps tried, in turn, where a step leaves the op's domain
+DOMAIN_EDGES = 8  # elements left out of the probes, at most, where no finer step stays inside the domain
 
 
 def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes, precomputed=None):
@@ -50,6 +63,10 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
     given = list(precomputed.directions)[:PROBES] if precomputed is not None else []
     probes = [prober.probe(d, evaluated=lambda sign, k=k: precomputed.at(k, sign)) for k, d in enumerate(given)]
     probes += [prober.probe(probe_direction(n, generator, evaluator.device)) for _ in range(PROBES - len(given))]
+    if not all(p.finite() for p in probes) and all(bool(out.isfinite().all()) for out in f0 if out.is_floating_point()):
+        inside = _inside_the_domain(prober, [p.direction for p in probes], names, notes)
+        if inside is not None:
+            prober, probes = inside
     if all(abs(p.residual) <= atol for p in probes):  # within atol: no tolerance can be tighter
         return None
     worst = max(probes, key=lambda p: _magnitude(p.residual))
@@ -70,6 +87,60 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
             continue
         return _every_argument(prober, _locate(prober, p, names, tolerance, notes), p.direction, names, notes)
     return None
+
+
+def _inside_the_domain(prober, directions, names, notes):
+    """(prober, probes) one shrink finer than the first finer step where every probe's differences are finite
+    (curvature near a domain edge grows like 1/distance: the step must be well inside it), or at the finest
+    step with the elements whose step alone leaves the op's domain left out; None when neither helps (the
+    failure stands)."""
+    inside = None
+    for shrink in DOMAIN_SHRINKS:
+        finer = prober.with_step(prober.eps / shrink)
+        probes = [finer.probe(d) for d in directions]
+        finite = all(p.finite() for p in probes)
+        if finite and inside is None and shrink != DOMAIN_SHRINKS[-1]:
+            inside = finer, probes
+            continue
+        if finite or inside is not None:
+            finer, probes = (finer, probes) if finite else inside
+            if notes is not None:
+                notes.add_domain_step("along a random direction over " + ", ".join(f"`{name}`" for name in names),
+                                      prober.eps, finer.eps)
+            return finer, probes
+    edges = _domain_edges(finer, directions[0])
+    if edges is None:
+        return None
+    kept = torch.ones_like(directions[0])
+    kept[edges] = 0.0
+    probes = [finer.probe(d * kept) for d in directions]
+    if not all(p.finite() for p in probes):
+        return None
+    if notes is not None:
+        examples = []
+        for flat in edges[:3]:
+            j, index = finer.evaluator.leaf_of(flat)
+            examples.append(f"{names[j]}{fmt_index(index)} = {fmt(float(finer.evaluator.base[j].reshape(-1)[flat - finer.evaluator.offsets[j]]))}")
+        notes.add_domain_edges(len(edges), ", ".join(examples), finer.eps)
+    return finer, probes
+
+
+def _domain_edges(prober, direction):
+    """Flat indices of the elements whose step along ``direction`` alone makes the outputs non-finite, found by
+    bisection (two evaluations a half); None when more than ``DOMAIN_EDGES`` are, or when no single one does."""
+    found, stack = [], [(0, prober.evaluator.numel)]
+    while stack:
+        low, high = stack.pop()
+        if prober.stays_finite(_restricted(direction, low, high)):
+            continue
+        if high - low == 1:
+            found.append(low)
+            if len(found) > DOMAIN_EDGES:
+                return None
+            continue
+        middle = (low + high) // 2
+        stack += [(middle, high), (low, middle)]
+    return sorted(found) or None
 
 
 def _every_argument(prober, found, direction, names, notes):
@@ -151,6 +222,9 @@ class _Probe:
         self.noise = 0.0
         self.half = None  # (central, right, left) at eps / 2
 
+    def finite(self):
+        return math.isfinite(self.central) and math.isfinite(self.right) and math.isfinite(self.left)
+
     def measure_noise(self, prober):
         self.half = prober.differences(self.direction, prober.eps / 2)
         self.noise = abs(self.central - self.half[0])
@@ -187,6 +261,15 @@ class _Prober:
         right = projected_difference(v, evaluated(1), self.f0) / eps
         left = projected_difference(v, self.f0, evaluated(-1)) / eps
         return (right + left) / 2, right, left
+
+    def with_step(self, eps):
+        return _Prober(self.evaluator, self.f0, self.cotangents, self.g, eps, self.atol, self.rtol)
+
+    def stays_finite(self, direction):
+        """Whether the outputs stay finite moved by the step along ``direction``, both ways."""
+        step = (self.eps * direction).to(self.evaluator.dtype)
+        return all(bool(out.isfinite().all()) for sign in (1, -1)
+                   for out in self.evaluator.at_flat(step if sign > 0 else -step) if out.is_floating_point())
 
     def probe(self, direction, evaluated=None):
         central, right, left = self.differences(direction, self.eps, evaluated)

@@ -255,10 +255,12 @@ class Judge:
             return Verdict(OUTSIDE, reason="the op's outputs hold inf or NaN there")
         if not prepared.leaves:
             return Verdict(RIGHT, notes=notes)
-        kinks, blind = [], []
+        kinks, blind, domain = [], [], []
         error = find_low_precision_error(lambda leaves: context.run_op(prepared, leaves), prepared.leaves,
-                                         prepared.names, context.generator, dtype, kinks=kinks, unresolved=blind)
+                                         prepared.names, context.generator, dtype, kinks=kinks, unresolved=blind,
+                                         domain=domain)
         notes += [f"kinks at {', '.join(kinks[:3])} (one-sided differences differ): noted, not failed"] if kinks else []
+        notes += domain
         if error is None and blind:
             names = ", ".join(f"`{name}`" for name, _ in blind)
             return Verdict(UNRESOLVED, reason=f"the gradient w.r.t. {names}: {blind[0][1]}")
