@@ -13,6 +13,7 @@ import torch
 from pytest_autograd import run_checks
 from reference_ops.domain_edges import (
     Float32Log,
+    Float32LogTenPercentOff,
     Float32Sqrt,
     Float32SqrtTenPercentOff,
     Sqrt,
@@ -126,10 +127,17 @@ def test_a_float32_op_with_elements_no_step_reaches_is_judged_over_the_others():
     assert wrong.status == "failed"
 
 
-@pytest.mark.xfail(strict=True, reason="known false alarm: log's backward grad / x stays finite across 0, so "
-                                       "gradgradcheck's float32 steps cross the pole of an element nearer 0 than "
-                                       "the step without a NaN to say so")
-def test_float32_log_of_torch_rand_passes_gradgradcheck():
+@pytest.mark.parametrize("seed", range(2))
+def test_float32_log_of_torch_rand_passes_gradgradcheck_across_the_pole_of_its_backward(seed):
+    # log's backward grad / x stays finite across 0: a step over the pole of an element nearer 0 than the step
+    # gives differences that mean nothing, with no NaN to say so. Seed 1's draw holds one such element.
+    x = torch.rand(512, 512, generator=torch.Generator().manual_seed(seed))
+    for outcome in run_checks(Float32Log, x, checks=["gradcheck", "gradgradcheck"], seed=1, shrink=0):
+        assert outcome.status != "failed", outcome.detail
+
+
+def test_a_float32_log_with_a_wrong_backward_still_fails_next_to_the_pole():
     x = torch.rand(512, 512, generator=torch.Generator().manual_seed(1))
-    (outcome,) = run_checks(Float32Log, x, checks="gradgradcheck", seed=1, shrink=0)
-    assert outcome.status != "failed", outcome.detail
+    (wrong,) = run_checks(Float32LogTenPercentOff, x, checks="gradcheck", seed=1, shrink=0)
+    assert wrong.status == "failed"
+    assert "does not match the numerical derivative in float32" in wrong.detail, wrong.detail

@@ -171,7 +171,9 @@ def test_the_derivative_comparison_names_the_same_element_with_or_without_its_sh
     full = _numerical.worst_of(numerical, analytical, atol, 1e-3, excluded=torch.zeros_like(numerical, dtype=bool))
     assert (shortcut is None) is (full is None)
     assert shortcut is None or shortcut[0] == full[0]
-    assert (shortcut is None) is (case in ("close", "nan_in_numerical"))  # a NaN difference quotient is not judged here
+    assert (shortcut is None) is (case == "close")
+    if case == "nan_in_numerical":  # it fails, and hides no other element (callers leave out a step's excursion)
+        assert shortcut[0] == (2, 2)
 
 
 @pytest.mark.parametrize("case", ["equal", "one_element_off", "nan_in_both", "nan_in_one"])

@@ -134,14 +134,16 @@ def _same(first, second):
 
 
 def plan_after_float64_pass(context, sample, notes, noted_before, zero_gradient=False):
-    """After a float64 pass that noted kinks or jumps (``notes.lines`` beyond ``noted_before``) or found an
-    argument's gradient all zero (``zero_gradient``): the plan to judge ``sample`` in the dtype the op computes in
+    """After a float64 pass that noted kinks or jumps (``notes.lines`` beyond ``noted_before``), passed a probe
+    only within a wide tolerance (``notes.blurred``: quantised outputs are noisy) or found an argument's gradient
+    all zero (``zero_gradient``): the plan to judge ``sample`` in the dtype the op computes in
     when it computes below float64, adopted for the rest of the item, its kink notes withdrawn; else None.
 
     Such an op's float64 outputs are quantised: over a float64 step they move by 0 or by a whole ulp, which read
     as kinks everywhere (a zero backward passed between them), or, below a 16-bit dtype's resolution, not at
     all (a zero backward matched them exactly)."""
-    if len(notes.lines) <= noted_before and not zero_gradient:
+    blurred, notes.blurred = notes.blurred, False  # asked once per pass
+    if len(notes.lines) <= noted_before and not zero_gradient and not blurred:
         return None
     plan = float32_instead(context, sample)
     if plan is not None:

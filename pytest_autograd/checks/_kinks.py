@@ -45,6 +45,7 @@ class KinkNotes:
 
     lines: list = field(default_factory=list)
     probe_kinks: int = 0  # random probes judged by their one-sided differences (they crossed kinks or ties)
+    blurred: bool = False  # a probe passed within a tolerance a wrong gradient could pass too (its noise is large)
 
     def flush(self, context):
         """Hand the lines noted so far to the check's context (the item's notes), and start afresh."""

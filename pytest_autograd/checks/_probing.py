@@ -47,6 +47,7 @@ from pytest_autograd.results.compare import fmt, fmt_index
 PROBES = 3  # independent whole-input directions
 NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-difference error
 OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
+BLURRED_RTOL = 1e-3  # a tolerance above atol + this x |the derivative along a probe| is a blurred pass
 DOMAIN_SHRINKS = (16, 256, 4096)  # finer steps tried, in turn, where a step leaves the op's domain
 DOMAIN_EDGES = 8  # elements left out of the probes, at most, where no finer step stays inside the domain
 
@@ -79,6 +80,8 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
     for p in probes:
         p.measure_noise(prober)
     tolerance = atol + NOISE_FACTOR * max(p.noise for p in probes)
+    if notes is not None and tolerance > atol + BLURRED_RTOL * max(abs(p.central) for p in probes):
+        notes.blurred = True  # a wrong gradient could pass within this: the caller asks why (float32 inside?)
     failing = sorted((p for p in probes if not abs(p.residual) <= tolerance), key=lambda p: -_magnitude(p.residual))
     for p in failing:
         if p.at_kink(tolerance):
