@@ -44,6 +44,7 @@ __all__ = [
     "Float32Sqrt",
     "Float32SqrtTenPercentOff",
     "Float32Log",
+    "Float32LogTenPercentOff",
     "near_zero_samples",
 ]
 
