@@ -257,7 +257,8 @@ class Judge:
         for output in truth.outputs:
             if output.is_floating_point() and output.numel():
                 output = output.detach()
-                peak = max(float(output.max()), -float(output.min()))  # two reductions, no copy
+                low, high = (float(v) for v in torch.aminmax(output))  # one reduction, no copy
+                peak = max(high, -low)
                 if not peak <= fits:  # NaN, inf or beyond the dtype somewhere: the largest that fits
                     size = output.abs()
                     peak = float(size.masked_fill_(~(size <= fits), 0.0).max())
@@ -315,7 +316,7 @@ class _Compared:
 
     def __init__(self, pair, dtype):
         self.pair, self.dtype = pair, dtype
-        self.expected, self.got = _as64(pair.expected), _as64(pair.got)
+        self.expected, self.got = _as64(pair.expected), _on_cpu(pair.got)
         self.everywhere, self.peak = _holds_everything(self.expected, self.got, torch.finfo(dtype))
         self._representable = self._got_finite = None
 
@@ -343,6 +344,13 @@ def _as64(tensor):
     return tensor.detach().to("cpu", torch.float64)
 
 
+def _on_cpu(tensor):
+    """``tensor`` on the CPU, in its own real floating dtype: arithmetic with a float64 tensor promotes each
+    element as it goes, without the float64 copy (8 bytes an element, freshly faulted in) ``_as64`` makes."""
+    tensor = tensor.detach().to("cpu")
+    return tensor if tensor.is_floating_point() else tensor.to(torch.float64)
+
+
 def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None, peak=None):
     """Normwise error over the elements the dtype can hold: finite in both, within its range.
 
@@ -352,7 +360,7 @@ def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None,
     a mask of the elements outside that (None: computed here; ``NOTHING``:
     none, and ``peak`` is max |expected|).
     """
-    e, g = _as64(expected), _as64(got)
+    e, g = _as64(expected), _on_cpu(got)
     if e.shape != g.shape or not e.numel():
         return Error(0.0)
     info = torch.finfo(dtype)
@@ -384,9 +392,9 @@ def _holds_everything(expected, got, info):
     masks, which decide)."""
     if not expected.numel():
         return True, 0.0
-    high, low = float(expected.max()), float(expected.min())  # NaN when any is NaN
+    low, high = (float(v) for v in torch.aminmax(expected))  # one pass; NaN when any is NaN
     peak = max(high, -low) if high == high and low == low else math.nan
-    return peak <= info.max and math.isfinite(float(got.sum())), peak
+    return peak <= info.max and math.isfinite(float(got.sum(dtype=torch.float64))), peak
 
 
 def _short(error):

@@ -93,10 +93,11 @@ def cast_sample(sample, dtype, magnitude=None, slots=None):
             return value
         value = value.detach()
         if magnitude is not None and (slots is None or slot in slots):
-            value = value.to(torch.float64)
-            peak = float(value.abs().max()) if value.numel() else 0.0
+            low, high = (float(v) for v in torch.aminmax(value)) if value.numel() else (0.0, 0.0)
+            peak = max(high, -low)  # exact in any dtype
+            value = value.to(torch.float64, copy=True)  # one fresh tensor, scaled in place
             if peak > 0:
-                value = value * (magnitude / peak)
+                value.mul_(magnitude / peak)
         return value.to(dtype)
 
     return sample.replace(args=[cast(i, a) for i, a in enumerate(sample.args)],
