@@ -17,7 +17,6 @@ from reference_ops.domain_edges import (
     Float32Sqrt,
     Float32SqrtTenPercentOff,
     Sqrt,
-    SqrtTenPercentOff,
     SqrtWrongNearZero,
     near_zero_samples,
 )

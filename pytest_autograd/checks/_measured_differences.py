@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pytest_autograd.checks._domain_edges import elements_leaving_the_domain
 from pytest_autograd.checks._numerical import DerivativeError, pick, spent_graph
 from pytest_autograd.engine.execution import (
     OpRaised,
@@ -515,13 +516,10 @@ def _split_off_dominant(judge, base, label, grad, direction, found, probe, x, dt
     return next((part for part in parts if isinstance(part[0], Unresolved)), parts[0])
 
 
-DOMAIN_EDGES = 8  # elements left out of a random direction, at most, where its finest step leaves the op's domain
-
-
 def _domain_edges(evaluate, leaves, j, x, direction, step, dtype):
     """Flat indices of the elements of argument ``j`` whose ``step`` along ``direction`` alone makes the outputs
-    non-finite, found by bisection; None when more than ``DOMAIN_EDGES`` are, or none alone does."""
-    flat_direction, found, stack = direction.reshape(-1), [], [(0, x.numel())]
+    non-finite (see ``_domain_edges.elements_leaving_the_domain``)."""
+    flat_direction = direction.reshape(-1)
 
     def stays_finite(low, high):
         part = torch.zeros_like(flat_direction)
@@ -533,18 +531,7 @@ def _domain_edges(evaluate, leaves, j, x, direction, step, dtype):
                 return False
         return True
 
-    while stack:
-        low, high = stack.pop()
-        if stays_finite(low, high):
-            continue
-        if high - low == 1:
-            found.append(low)
-            if len(found) > DOMAIN_EDGES:
-                return None
-            continue
-        middle = (low + high) // 2
-        stack += [(middle, high), (low, middle)]
-    return sorted(found) or None
+    return elements_leaving_the_domain(x.numel(), stays_finite)
 
 
 def _edges_line(name, x, edges, step):

@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from pytest_autograd.checks._domain_edges import elements_leaving_the_domain
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
 from pytest_autograd.checks._patterns import (
@@ -49,7 +50,6 @@ NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-differen
 OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
 BLURRED_RTOL = 1e-3  # a tolerance above atol + this x |the derivative along a probe| is a blurred pass
 DOMAIN_SHRINKS = (16, 256, 4096)  # finer steps tried, in turn, where a step leaves the op's domain
-DOMAIN_EDGES = 8  # elements left out of the probes, at most, where no finer step stays inside the domain
 
 
 def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes, precomputed=None):
@@ -123,27 +123,16 @@ def _inside_the_domain(prober, directions, names, notes):
         examples = []
         for flat in edges[:3]:
             j, index = finer.evaluator.leaf_of(flat)
-            examples.append(f"{names[j]}{fmt_index(index)} = {fmt(float(finer.evaluator.base[j].reshape(-1)[flat - finer.evaluator.offsets[j]]))}")
+            value = finer.evaluator.base[j].reshape(-1)[flat - finer.evaluator.offsets[j]]
+            examples.append(f"{names[j]}{fmt_index(index)} = {fmt(float(value))}")
         notes.add_domain_edges(len(edges), ", ".join(examples), finer.eps)
     return finer, probes
 
 
 def _domain_edges(prober, direction):
-    """Flat indices of the elements whose step along ``direction`` alone makes the outputs non-finite, found by
-    bisection (two evaluations a half); None when more than ``DOMAIN_EDGES`` are, or when no single one does."""
-    found, stack = [], [(0, prober.evaluator.numel)]
-    while stack:
-        low, high = stack.pop()
-        if prober.stays_finite(_restricted(direction, low, high)):
-            continue
-        if high - low == 1:
-            found.append(low)
-            if len(found) > DOMAIN_EDGES:
-                return None
-            continue
-        middle = (low + high) // 2
-        stack += [(middle, high), (low, middle)]
-    return sorted(found) or None
+    """Flat indices of the elements whose step along ``direction`` alone makes the outputs non-finite."""
+    return elements_leaving_the_domain(
+        prober.evaluator.numel, lambda low, high: prober.stays_finite(_restricted(direction, low, high)))
 
 
 def _every_argument(prober, found, direction, names, notes):
