@@ -111,9 +111,13 @@ def _inside_the_domain(prober, directions, names, notes):
                 notes.add_domain_step("along a random direction over " + ", ".join(f"`{name}`" for name in names),
                                       prober.eps, finer.eps)
             return finer, probes
-    edges = _domain_edges(finer, directions[0])
-    if edges is None:
-        return None
+    edges = set()
+    for probe in probes:  # at the finest step: each direction's own (their magnitudes differ)
+        found = None if probe.finite() else _domain_edges(finer, probe.direction)
+        if found is None and not probe.finite():
+            return None
+        edges.update(found or ())
+    edges = sorted(edges)
     kept = torch.ones_like(directions[0])
     kept[edges] = 0.0
     probes = [finer.probe(d * kept) for d in directions]
