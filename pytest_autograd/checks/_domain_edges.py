@@ -7,7 +7,37 @@ probing and float32 judging) first try finer steps, then, for the few
 elements no step reaches, ask this bisection which they are.
 """
 
+from pytest_autograd.results.compare import fmt, fmt_index
+
+DOMAIN_SHRINKS = (16, 256, 4096)  # finer steps tried, in turn, where a step leaves the op's domain
 DOMAIN_EDGES = 8  # elements left out, at most: past that the non-finite differences stand as they are
+
+
+def well_inside(measure, eps):
+    """(True, the measurement one shrink finer than the first of ``eps / DOMAIN_SHRINKS`` where it is finite),
+    or the first finite one when no finer one is, or (False, the finest tried) when none is. ``measure(step)``
+    returns (finite, measurement). Curvature near a domain edge grows like 1/distance: the step must be well
+    inside it, not just inside."""
+    inside = tried = None
+    for shrink in DOMAIN_SHRINKS:
+        finite, tried = measure(eps / shrink)
+        if finite and inside is None and shrink != DOMAIN_SHRINKS[-1]:
+            inside = tried
+        elif finite:
+            return True, tried
+        elif inside is not None:
+            return True, inside
+    return False, tried
+
+
+def edge_examples(evaluator, names, flats):
+    """"x[3, 4] = 1e-13, ..." for up to three flat indices over an Evaluator's leaves."""
+    examples = []
+    for flat in flats[:3]:
+        j, index = evaluator.leaf_of(flat)
+        value = evaluator.base[j].reshape(-1)[flat - evaluator.offsets[j]]
+        examples.append(f"{names[j]}{fmt_index(index)} = {fmt(float(value))}")
+    return ", ".join(examples)
 
 
 def elements_leaving_the_domain(numel, stays_finite):

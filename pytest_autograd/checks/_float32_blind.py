@@ -153,11 +153,15 @@ def plan_after_float64_pass(context, sample, notes, noted_before, zero_gradient=
 
 def float32_instead(context, sample):
     """``float32_blind_plan`` for ``sample``, asked without touching the caller's random state, adopted when
-    found (every later check of the item and of its test judges the sample in the plan's dtype)."""
-    from pytest_autograd.checks._float64_support import adopt
+    found (every later check of the item and of its test judges the sample in the plan's dtype). A plan adopted
+    already is the answer: asked again (sizes, then the runner judging the check anew) it would say the same."""
+    from pytest_autograd.checks._float64_support import adopt, adopted
     from pytest_autograd.engine.devices import cuda_devices
     from pytest_autograd.engine.torch_noise import quiet_torch_machinery
 
+    known = adopted(context, sample)
+    if known is not None:
+        return known
     with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery():
         plan = float32_blind_plan(context, sample)
     if plan is not None:

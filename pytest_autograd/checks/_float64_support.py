@@ -198,6 +198,11 @@ def runs_in(context, sample, dtype):
     return True
 
 
+def adopted(context, sample):
+    """The plan this item knows for ``sample`` (``float64_plan``'s answer, or one ``adopt`` made it), or None."""
+    return context.case.__dict__.get("_float64_plans", {}).get((id(sample), context.device))
+
+
 def adopt(context, sample, plan):
     """Make ``plan`` the answer of ``float64_plan`` for ``sample``, for this item and the rest of its test."""
     context.case.__dict__.setdefault("_float64_plans", {})[(id(sample), context.device)] = plan

@@ -10,6 +10,7 @@ import warnings
 
 import torch
 
+from pytest_autograd.checks._domain_edges import DOMAIN_SHRINKS, edge_examples, well_inside
 from pytest_autograd.checks._kinks import jump_mask, kink_mask
 from pytest_autograd.checks._numerical import (
     DerivativeError,
@@ -22,10 +23,9 @@ from pytest_autograd.checks._numerical import (
 )
 from pytest_autograd.checks._patterns import jacobian_pattern
 from pytest_autograd.engine.execution import grads_of
-from pytest_autograd.results.compare import fmt, fmt_index
+from pytest_autograd.results.compare import fmt_index
 from pytest_autograd.results.evidence import Evidence
 
-DOMAIN_SHRINKS = (16, 256, 4096)  # finer steps tried, in turn, for a column whose step leaves the op's domain
 JUMP_COLUMNS = 256  # mismatching input elements re-measured with half the step
 
 
@@ -33,17 +33,17 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
     """The worst DerivativeError over every Jacobian element, or None; kinks go to ``notes``."""
     f0 = [out.detach() for out in outputs]
     central, right, left, steps = _numerical_jacobians(evaluator, f0, eps)
-    outside = _outside(central, f0, steps, eps)
+    outside = _outside(central, f0)
     rows = _analytical_jacobians(outputs, evaluator.base, leaves, cotangents, analytical, evaluator)
     worst = None
     kinks = [kink_mask(central[k], right[k], left[k], rows[k], atol, rtol) for k in range(len(outputs))]
     kinks = _confirmed_kinks(evaluator, f0, rows, kinks, right, left, atol, rtol, steps)
-    if outside is not None:  # not judged: said in the notes
-        kinks = [kink | outside.unsqueeze(0) for kink in kinks]
-    jumps = _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, steps)
+    # Not judged element by element: kinks, and elements outside the op's domain (said in the notes).
+    unjudged = kinks if outside is None else [kink | outside.unsqueeze(0) for kink in kinks]
+    jumps = _jumps(evaluator, f0, central, right, left, rows, unjudged, atol, rtol, steps)
     per_argument = {}  # each wrong argument's worst element, over every output
     for k, output in enumerate(outputs):
-        mask = kinks[k] | jumps[k]
+        mask = unjudged[k] | jumps[k]
         for j, name in enumerate(names):
             a, b = evaluator.offsets[j], evaluator.offsets[j + 1]
             num, ana = central[k][:, a:b], rows[k][:, a:b]
@@ -66,14 +66,12 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
         shape = evaluator.base[j].shape
         found.pattern = jacobian_pattern(
             torch.cat([c[:, a:b] for c in central]), torch.cat([r[:, a:b] for r in rows]), atol, rtol,
-            torch.cat([(kink | jump)[:, a:b] for kink, jump in zip(kinks, jumps)]),
+            torch.cat([(skip | jump)[:, a:b] for skip, jump in zip(unjudged, jumps)]),
             lambda column, j=j, shape=shape: f"grad {names[j]}{index_label(column, shape)}")
     worst = with_others(per_argument.values())
     if worst is not None:
         return worst
     _note_domain(evaluator, names, steps, eps, outside, notes)
-    if outside is not None:  # kept out of the kink notes and the tied direction: not kinks
-        kinks = [kink & ~outside.unsqueeze(0) for kink in kinks]
     _note_kinks(kinks, central, right, left, rows, outputs, output_names, evaluator, names, notes, notes.add)
     _note_kinks(jumps, central, right, left, rows, outputs, output_names, evaluator, names, notes, notes.add_jump)
     if any(bool(mask.any()) for mask in kinks):
@@ -95,7 +93,7 @@ def _numerical_jacobians(evaluator, f0, eps):
 
     Where a step leaves the op's domain (its outputs turn inf/NaN while they are
     finite at the sample: ``sqrt`` of an element nearer 0 than the step), that
-    column is measured again at finer steps (``DOMAIN_SHRINKS``); a column
+    column is measured again at finer steps (``well_inside``); a column
     still not finite at the finest is left as it is, for ``_outside`` to leave out.
     """
     n = evaluator.numel
@@ -103,10 +101,10 @@ def _numerical_jacobians(evaluator, f0, eps):
     right = [torch.zeros_like(c) for c in central]
     left = [torch.zeros_like(c) for c in central]
     steps = [eps] * n
-    shrinks = (1,) + DOMAIN_SHRINKS if _finite(f0) else (1,)
+    domain = _finite(f0)  # outputs finite at the sample: a column that is not is the step's excursion
     for j, base in enumerate(evaluator.base):
         for e in range(base.numel()):
-            h, plus, minus = _inside(evaluator, j, e, eps, shrinks)
+            h, plus, minus = _column(evaluator, j, e, eps, domain)
             column = evaluator.offsets[j] + e
             steps[column] = h
             for k, (p, m, o) in enumerate(zip(plus, minus, f0)):
@@ -117,14 +115,12 @@ def _numerical_jacobians(evaluator, f0, eps):
     return central, right, left, steps
 
 
-def _inside(evaluator, j, e, eps, shrinks):
-    """(step, outputs at +step, at -step) for element ``e`` of leaf ``j``: ``eps`` when both are finite there;
-    else one shrink finer than the first of ``eps / shrinks`` where they are (curvature near a domain edge grows
-    like 1/distance: the step must be well inside it, not just inside); else the finest tried."""
+def _column(evaluator, j, e, eps, domain):
+    """(step, outputs at +step, at -step) for element ``e`` of leaf ``j``: ``eps`` when both are finite there, else
+    (``domain``) a finer step well inside the op's domain (``well_inside``), else the finest tried."""
     base = evaluator.base[j]
-    inside = tried = None
-    for number, shrink in enumerate(shrinks):
-        h = eps / shrink
+
+    def measure(h):
         # torch.zeros, not zeros_like: a channels-last leaf gives a non-contiguous zeros_like.
         step = torch.zeros(base.numel(), dtype=base.dtype, device=base.device)
         step[e] = h
@@ -133,27 +129,22 @@ def _inside(evaluator, j, e, eps, shrinks):
         plus = evaluator.at(moved)
         moved[j] = -moved[j]
         minus = evaluator.at(moved)
-        tried = h, plus, minus
-        finite = _finite(plus) and _finite(minus)
-        if finite and (number == 0 or inside is not None):
-            return tried
-        if finite:
-            inside = tried
-        elif inside is not None:
-            return inside
-    return inside or tried
+        return _finite(plus) and _finite(minus), (h, plus, minus)
+
+    finite, found = measure(eps)
+    return found if finite or not domain else well_inside(measure, eps)[1]
 
 
 def _finite(tensors):
     return all(bool(t.isfinite().all()) for t in tensors if t.is_floating_point())
 
 
-def _outside(central, f0, steps, eps):
+def _outside(central, f0):
     """Input elements whose columns are not finite at their finest step, where the outputs at the sample are: the
     op's domain ends nearer than that step (a bool mask over the input elements; None when there are none)."""
-    if not _finite(f0):
+    if not _finite(f0) or not central:
         return None
-    outside = torch.zeros(len(steps), dtype=torch.bool, device=central[0].device if central else None)
+    outside = torch.zeros(central[0].shape[1], dtype=torch.bool, device=central[0].device)
     for c in central:
         outside |= ~c.isfinite().all(dim=0)
     return outside if bool(outside.any()) else None
@@ -166,12 +157,8 @@ def _note_domain(evaluator, names, steps, eps, outside, notes):
         j, _ = evaluator.leaf_of(finer[0])
         notes.add_domain_step(f"moving single elements of `{names[j]}`", eps, min(steps[c] for c in finer))
     if outside is not None:
-        examples = []
-        for column in outside.nonzero().flatten().tolist()[:3]:
-            j, index = evaluator.leaf_of(column)
-            value = float(evaluator.base[j].reshape(-1)[column - evaluator.offsets[j]])
-            examples.append(f"{names[j]}{fmt_index(index)} = {fmt(value)}")
-        notes.add_domain_edges(int(outside.sum()), ", ".join(examples), eps / DOMAIN_SHRINKS[-1])
+        notes.add_domain_edges(int(outside.sum()), edge_examples(evaluator, names, outside.nonzero().flatten().tolist()),
+                               eps / DOMAIN_SHRINKS[-1])
 
 
 def _confirmed_kinks(evaluator, f0, rows, kinks, right, left, atol, rtol, steps):
@@ -182,10 +169,7 @@ def _confirmed_kinks(evaluator, f0, rows, kinks, right, left, atol, rtol, steps)
     for kink in kinks:
         columns |= kink.any(dim=0)
     for column in columns.nonzero().flatten().tolist()[:JUMP_COLUMNS]:
-        h = steps[column] / 2
-        step = torch.zeros(evaluator.numel, dtype=evaluator.dtype, device=evaluator.device)
-        step[column] = h
-        plus, minus = evaluator.at_flat(step), evaluator.at_flat(-step)
+        h, plus, minus = _at_half_step(evaluator, steps, column)
         for k, (p, m, o) in enumerate(zip(plus, minus, f0)):
             p, m, o = p.reshape(-1), m.reshape(-1), o.reshape(-1)
             central = (p - m) / (2 * h)
@@ -193,6 +177,14 @@ def _confirmed_kinks(evaluator, f0, rows, kinks, right, left, atol, rtol, steps)
             stays = ((p - o) / h - (o - m) / h).abs() > 0.75 * (right[k][:, column] - left[k][:, column]).abs()
             kinks[k][:, column] &= stays | agrees
     return kinks
+
+
+def _at_half_step(evaluator, steps, column):
+    """(half the column's step, outputs moved by it along that input element, and against it)."""
+    h = steps[column] / 2
+    step = torch.zeros(evaluator.numel, dtype=evaluator.dtype, device=evaluator.device)
+    step[column] = h
+    return h, evaluator.at_flat(step), evaluator.at_flat(-step)
 
 
 def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, steps):
@@ -205,16 +197,12 @@ def _jumps(evaluator, f0, central, right, left, rows, kinks, atol, rtol, steps):
         suspects |= (mismatch & ~kink).any(dim=0)
     columns = suspects.nonzero().flatten().tolist()[:JUMP_COLUMNS]
     for column in columns:
-        j, _ = evaluator.leaf_of(column)
-        eps = steps[column]
-        step = torch.zeros(evaluator.numel, dtype=evaluator.dtype, device=evaluator.device)
-        step[column] = eps / 2
-        plus, minus = evaluator.at_flat(step), evaluator.at_flat(-step)
+        h, plus, minus = _at_half_step(evaluator, steps, column)
         for k, (p, m, o) in enumerate(zip(plus, minus, f0)):
             p, m, o = p.reshape(-1), m.reshape(-1), o.reshape(-1)
             tolerance = atol + rtol * central[k][:, column].abs()
-            masks[k][:, column] = jump_mask(right[k][:, column], left[k][:, column], (p - o) / (eps / 2),
-                                            (o - m) / (eps / 2), tolerance) & ~kinks[k][:, column]
+            masks[k][:, column] = jump_mask(right[k][:, column], left[k][:, column], (p - o) / h, (o - m) / h,
+                                            tolerance) & ~kinks[k][:, column]
     return masks
 
 

@@ -161,7 +161,7 @@ def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fa
     return worst
 
 
-def _judge_at_scales(judge, base, label):
+def _judge_at_scales(judge, base, label, first=None):
     """The probe's verdict at step ``base``, or, where that is a failure the probe is not steady for or a pass
     it cannot resolve (see ``Probe``), at the first finer scale (``FINER_STEPS`` of it) where the probe is steady
     and tells the derivative from zero and from twice itself.
@@ -176,18 +176,20 @@ def _judge_at_scales(judge, base, label):
     measured a different derivative beyond both tolerances (at a kink at
     the point itself, its central difference is the mean of its two slopes
     whatever the step); then the probe judges nothing (``Unresolved``). A
-    pass or a kink at ``base`` stands as it is.
+    pass or a kink at ``base`` stands as it is. ``first``: the probe at ``base``, when the caller has it.
     """
-    first = judge(base)
+    first = judge(base) if first is None else first
     if first.outside:  # a step left the op's domain (sqrt near 0): judged from the first finer step inside it
-        inside = next((base * shrink for shrink in FINER_STEPS if not judge(base * shrink, finer=True).outside), None)
+        tried = ((base * shrink, judge(base * shrink, finer=True)) for shrink in FINER_STEPS)
+        inside = next(((step, probe) for step, probe in tried if not probe.outside), None)
         if inside is None:
             unresolved = Unresolved(label, measured=f"at {label}: the outputs turn inf/NaN at every step down to "
                                                     f"{fmt(base * FINER_STEPS[-1])}, where they are finite at the "
                                                     "sample itself: the op's domain ends nearer than that")
             unresolved.outside = True
             return unresolved, first
-        return _judge_at_scales(lambda step, finer=False: judge(step, finer=True), inside, label)
+        step, probe = inside
+        return _judge_at_scales(lambda step, finer=False: judge(step, finer=True), step, label, probe)
     verdict = first.verdict
     if verdict is None or (isinstance(verdict, str) and not isinstance(verdict, Unresolved)) \
             or first.measured is None:  # a pass, a kink, or differences that are not finite: it stands

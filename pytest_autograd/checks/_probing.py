@@ -20,7 +20,7 @@ judged alone as the exhaustive path would judge it, and the report names it.
 A step may leave the op's domain: ``sqrt`` or ``log`` of ``torch.rand``
 samples holds elements closer to 0 than the step (a 256k-element sample
 does, one time in three), and the moved outputs are NaN there while the op
-is right. Such probes are measured again at finer steps (``DOMAIN_SHRINKS``)
+is right. Such probes are measured again at finer steps (``well_inside``)
 until every one stays inside, and the note says so; where none does, the
 few elements whose step alone leaves the domain are found by bisection and
 left out of the probes, named in the note. Where more than
@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from pytest_autograd.checks._domain_edges import elements_leaving_the_domain
+from pytest_autograd.checks._domain_edges import edge_examples, elements_leaving_the_domain, well_inside
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
 from pytest_autograd.checks._patterns import (
@@ -43,13 +43,12 @@ from pytest_autograd.checks._patterns import (
     worth_naming,
 )
 from pytest_autograd.engine.draws import probe_direction
-from pytest_autograd.results.compare import fmt, fmt_index
+from pytest_autograd.results.compare import fmt_index
 
 PROBES = 3  # independent whole-input directions
 NOISE_FACTOR = 8.0  # tolerance = atol + NOISE_FACTOR * measured finite-difference error
 OBVIOUS = 1000.0  # a residual above OBVIOUS * atol is located before the probes' noise is measured
 BLURRED_RTOL = 1e-3  # a tolerance above atol + this x |the derivative along a probe| is a blurred pass
-DOMAIN_SHRINKS = (16, 256, 4096)  # finer steps tried, in turn, where a step leaves the op's domain
 
 
 def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, rtol, eps, notes, precomputed=None):
@@ -93,24 +92,20 @@ def probing(evaluator, outputs, names, cotangents, analytical, generator, atol, 
 
 
 def _inside_the_domain(prober, directions, names, notes):
-    """(prober, probes) one shrink finer than the first finer step where every probe's differences are finite
-    (curvature near a domain edge grows like 1/distance: the step must be well inside it), or at the finest
-    step with the elements whose step alone leaves the op's domain left out; None when neither helps (the
+    """(prober, probes) at a finer step well inside the op's domain for every probe (``well_inside``), or at the
+    finest step with the elements whose step alone leaves the domain left out; None when neither helps (the
     failure stands)."""
-    inside = None
-    for shrink in DOMAIN_SHRINKS:
-        finer = prober.with_step(prober.eps / shrink)
+    def measure(step):
+        finer = prober.with_step(step)
         probes = [finer.probe(d) for d in directions]
-        finite = all(p.finite() for p in probes)
-        if finite and inside is None and shrink != DOMAIN_SHRINKS[-1]:
-            inside = finer, probes
-            continue
-        if finite or inside is not None:
-            finer, probes = (finer, probes) if finite else inside
-            if notes is not None:
-                notes.add_domain_step("along a random direction over " + ", ".join(f"`{name}`" for name in names),
-                                      prober.eps, finer.eps)
-            return finer, probes
+        return all(p.finite() for p in probes), (finer, probes)
+
+    inside, (finer, probes) = well_inside(measure, prober.eps)
+    if inside:
+        if notes is not None:
+            notes.add_domain_step("along a random direction over " + ", ".join(f"`{name}`" for name in names),
+                                  prober.eps, finer.eps)
+        return finer, probes
     edges = set()
     for probe in probes:  # at the finest step: each direction's own (their magnitudes differ)
         found = None if probe.finite() else _domain_edges(finer, probe.direction)
@@ -124,12 +119,7 @@ def _inside_the_domain(prober, directions, names, notes):
     if not all(p.finite() for p in probes):
         return None
     if notes is not None:
-        examples = []
-        for flat in edges[:3]:
-            j, index = finer.evaluator.leaf_of(flat)
-            value = finer.evaluator.base[j].reshape(-1)[flat - finer.evaluator.offsets[j]]
-            examples.append(f"{names[j]}{fmt_index(index)} = {fmt(float(value))}")
-        notes.add_domain_edges(len(edges), ", ".join(examples), finer.eps)
+        notes.add_domain_edges(len(edges), edge_examples(finer.evaluator, names, edges), finer.eps)
     return finer, probes
 
 
