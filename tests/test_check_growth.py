@@ -19,11 +19,10 @@ def test_growth_reports_tensors_and_bytes_per_call_of_a_list_on_the_class(pytest
     """)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*every call leaves more tensors alive: 1 tensor (about 48 bytes) per call over the last 4 of 8 identical "
-        "calls",
+        "*every call leaves more tensors alive: 1 tensor (about 48 bytes) per call, from each of 5 identical calls",
         "*check growth, device cpu, dtype float32",
-        "*tensors created during the calls still alive after call 1..8: 1, 2, 3, 4, 5, 6, 7, 8",
-        "*still alive after the last call: 8 tensors, 384 bytes*",
+        "*tensors still alive after 5 identical calls, by the call that made them: 1, 1, 1, 1, 1",
+        "*5 tensors, 240 bytes*",
         "*gc.collect() does not free them*",
         "*hint: a cache that grows on every call: bound it (functools.lru_cache(maxsize=...)*never by tensors*",
     ])
@@ -66,7 +65,7 @@ def test_growth_passes_a_bounded_cache_that_stops_growing(pytester, run_pytest):
     result.assert_outcomes(passed=1)
 
 
-def test_growth_calls_must_be_an_integer_of_at_least_four(pytester, run_pytest):
+def test_growth_calls_must_be_an_integer_of_at_least_three(pytester, run_pytest):
     result = run(pytester, run_pytest, """
         import pytest, torch
 
@@ -75,7 +74,7 @@ def test_growth_calls_must_be_an_integer_of_at_least_four(pytester, run_pytest):
             return [(torch.randn(3),)]
     """)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*growth_calls= must be an integer of at least 4*got 2.*"])
+    result.stdout.fnmatch_lines(["*growth_calls= must be an integer of at least 3*got 2.*"])
     assert "Traceback" not in result.stdout.str()
 
 
@@ -113,3 +112,60 @@ def test_growth_catches_device_memory_kept_per_call_on_cuda_and_passes_a_correct
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*every call leaves more tensors alive: 1 tensor*per call*",
                                  "*more allocated on cuda*"])
+
+
+def test_growth_fails_a_cache_with_an_entry_for_every_watched_call(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import functools, pytest, torch
+
+        @functools.lru_cache(maxsize=5)
+        def doubled(x):
+            return x * 2
+
+        class ScaleWithFiveEntryCache(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return doubled(x).clone()     # keyed by the tensor: one entry per call, five kept
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        @pytest.mark.autograd_op(op=ScaleWithFiveEntryCache)
+        def test_five():
+            return [(torch.randn(3, 4),)]
+
+        @pytest.mark.autograd_op(op=ScaleWithFiveEntryCache, growth_calls=6)
+        def test_five_watched_over_six_calls():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*_ test_five[[]growth-cpu[]] _*",
+                                 "every call leaves more tensors alive: 2 tensors (about 96 bytes) per call, from each "
+                                 "of 5 identical calls",
+                                 "*by the call that made them: 2, 2, 2, 2, 2"])
+
+
+def test_growth_passes_a_buffer_kept_between_calls_and_updated_in_place(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        class ScaleCountingCalls(torch.autograd.Function):
+            calls = None     # one tensor made once, then changed in place by every call
+
+            @staticmethod
+            def forward(ctx, x):
+                if ScaleCountingCalls.calls is None:
+                    ScaleCountingCalls.calls = torch.zeros(())
+                ScaleCountingCalls.calls.add_(1)
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        @pytest.mark.autograd_op(op=ScaleCountingCalls)
+        def test_counting():
+            return [(torch.randn(3, 4),)]
+    """)
+    result.assert_outcomes(passed=1)

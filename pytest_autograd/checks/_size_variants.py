@@ -324,44 +324,56 @@ def _could_index(value, size):
 
 def _resized(tensor, dims, old, new, jitter, generator):
     """``tensor`` with each dim in ``dims`` (of size ``old``) made ``new``: cut, or repeated and jittered."""
-    grown = torch.zeros(tensor.shape, dtype=torch.bool, device=tensor.device) if jitter and new > old else None
+    grown_dims = []
     for dim in dims:
         if new <= old:
             tensor = tensor.narrow(dim, 0, new)
-            if grown is not None:
-                grown = grown.narrow(dim, 0, new)
             continue
         repeats = [1] * tensor.dim()
         repeats[dim] = -(-new // old)
         tensor = tensor.repeat(repeats).narrow(dim, 0, new)
-        if grown is not None:
-            marks = torch.arange(new, device=tensor.device) >= old
-            shape = [1] * tensor.dim()
-            shape[dim] = new
-            grown = grown.repeat(repeats).narrow(dim, 0, new) | marks.view(shape)
+        grown_dims.append(dim)
     tensor = tensor.clone()
-    if grown is not None and bool(grown.any()):
-        tensor = _jittered(tensor, grown, generator)
+    if jitter and grown_dims and tensor.numel():
+        tensor = _jittered(tensor, grown_dims, old, generator)
     return tensor
 
 
-def _jittered(tensor, where, generator):
-    """Repeated elements moved a random fraction of the way towards the middle of the tensor's range (``tensor``, a
-    fresh copy, may be written)."""
+def _jittered(tensor, dims, old, generator):
+    """Repeated elements (past ``old`` along any of ``dims``) moved a random fraction of the way towards the middle of
+    the tensor's range (``tensor``, a fresh copy, may be written)."""
     real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-    where = where.unsqueeze(-1).expand(real.shape) if tensor.is_complex() else where
     values = real.detach().to(torch.float64)
     top, bottom = float(values.max()), float(values.min())
     if not (math.isfinite(top) and math.isfinite(bottom)):
         return tensor
     middle = (top + bottom) / 2
     low, high = JITTER
-    if values.numel() < LARGE_DRAW:  # the draws small samples always had
-        fraction = uniform(tuple(values.shape), generator).to(values.device)[where]
-    else:  # only the repeated elements need one
-        fraction = uniform((int(where.sum()),), generator).to(values.device)
-    fraction = fraction * (high - low) + low
-    picked = values[where]
-    values[where] = picked + fraction * (middle - picked)
+    if len(dims) == 1:  # the repeated elements are one slice, in the order a mask would pick them
+        dim = dims[0]
+        picked = values.narrow(dim, old, values.shape[dim] - old)
+        if values.numel() < LARGE_DRAW:  # the draws small samples always had
+            fraction = uniform(tuple(values.shape), generator).to(values.device).narrow(dim, old, picked.shape[dim])
+        else:  # only the repeated elements need one
+            fraction = uniform(tuple(picked.shape), generator).to(values.device)
+        fraction = fraction * (high - low) + low
+        picked.copy_(picked + fraction * (middle - picked))
+    else:
+        where = _repeated_mask(real.shape, dims, old, values.device)
+        if values.numel() < LARGE_DRAW:
+            fraction = uniform(tuple(values.shape), generator).to(values.device)[where]
+        else:
+            fraction = uniform((int(where.sum()),), generator).to(values.device)
+        fraction = fraction * (high - low) + low
+        picked = values[where]
+        values[where] = picked + fraction * (middle - picked)
     moved = values.to(real.dtype)
     return torch.view_as_complex(moved) if tensor.is_complex() else moved
+
+
+def _repeated_mask(shape, dims, old, device):
+    """True where an element lies past ``old`` along any of ``dims``."""
+    where = torch.zeros(shape, dtype=torch.bool, device=device)
+    for dim in dims:
+        where.narrow(dim, old, shape[dim] - old).fill_(True)
+    return where

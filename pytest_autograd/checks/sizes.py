@@ -127,6 +127,7 @@ class _Run:
         self.unrun = []
         self.sample_checked = set()  # samples whose own run was checked after a refused variant
         self.bases = {}  # (index, axis size) -> the sample with that axis' cuts
+        self.variants = {}  # (index, axis size, size) -> the last variant made (timed, then judged)
         self.sample_verdicts = {}  # index -> the Verdict at the sample itself (judged only to explain a failure)
 
     def judge(self, task, pattern=False):
@@ -146,13 +147,7 @@ class _Run:
         task = self._affordable(task, sample, judge)
         if task is None:
             return None
-        base = self.base(task.index, task.axis)
-        if task.size == task.axis.size:
-            shaped = base
-        else:
-            generator = torch.Generator().manual_seed(hash((context.seed, task.index, task.axis.size, task.size))
-                                                      % (2 ** 63))
-            shaped = variant(context.case, base, task.axis, task.size, generator)
+        shaped = self.shaped(task.index, task.axis, task.size)
         elements = growth(sample, task.axis, task.size)
         first = self.first_seconds.get(task.index)
         limit = self.deadline - time.monotonic()  # the first variant of a sample sets the pace for the others
@@ -188,6 +183,17 @@ class _Run:
             self.bases[key] = cut_base(self.context.case, self.context.case.samples[index], axis)
         return self.bases[key]
 
+    def shaped(self, index, axis, size):
+        """The sample with ``axis`` at ``size`` (its cuts applied), made once: a several-blocks size is timed on the
+        very variant it is then judged on."""
+        if size == axis.size:
+            return self.base(index, axis)
+        key = (index, axis.size, size)
+        if key not in self.variants:
+            generator = torch.Generator().manual_seed(hash((self.context.seed, index, axis.size, size)) % (2 ** 63))
+            self.variants = {key: variant(self.context.case, self.base(index, axis), axis, size, generator)}
+        return self.variants[key]
+
     def sample_verdict(self, index):
         """The Verdict at sample ``index`` itself, uncut."""
         if index not in self.sample_verdicts:
@@ -215,9 +221,8 @@ class _Run:
             return task
         smallest = max([2 * task.axis.size + 1] + [size for size, kind in task.axis.sizes if kind != LARGE])
         size, why = task.size, None
-        base = self.base(task.index, task.axis)
         for _ in range(4):
-            shaped = variant(self.context.case, base, task.axis, size, torch.Generator().manual_seed(0))
+            shaped = self.shaped(task.index, task.axis, size)
             seconds = judge.forward_seconds(shaped, PROBE_SECONDS)
             if seconds is not None and seconds * judge.evaluations <= LARGE_SECONDS:
                 break
