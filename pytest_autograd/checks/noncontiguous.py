@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._agreement import agree
-from pytest_autograd.checks._hygiene import call_with, tensor_arguments, written_by_backward
+from pytest_autograd.checks._hygiene import call_with, tensor_arguments
 from pytest_autograd.checks.base import Check
 from pytest_autograd.checks.mutation import declared_by_marker
 from pytest_autograd.engine.complex_views import as_complex
@@ -197,37 +197,13 @@ class NonContiguous(Check):
         ran = False
         for index, sample in context.samples():
             prepared = context.prepare(sample)
-            kept = {}
-            written = _written_slots(context, prepared, keep=kept)
-            baseline = _Baseline(kept["outputs"])
+            baseline = _Baseline(context, prepared)
             for layout in LAYOUTS:
-                plan = _plan(context, prepared, layout, written)
+                plan = _plan(context, prepared, layout, baseline.written)
                 if _check_plan(context, plan, layout, sample, baseline):
                     ran = True
         if not ran:
             skip("no argument or output of any sample can be laid out non-contiguously")
-
-
-def _written_slots(context, prepared, keep=None):
-    """Slots of arguments the op modifies in place, or declares it may (they cannot be expanded).
-
-    ``keep``, a dict, receives the call's outputs under "outputs": a
-    contiguous run on fresh copies of the leaves, which the value-keeping
-    layouts share.
-    """
-    args, kwargs = prepared.call_args()
-    arguments = tensor_arguments(context.case, args, kwargs)
-    versions = [tensor._version for _, _, tensor in arguments]
-    outputs = call_with(context.case, args, kwargs).outputs
-    if keep is not None:
-        keep["outputs"] = outputs
-    declared = declared_by_marker(context.case)  # mutates=: written by forward, or by a memory-saving backward
-    written = {slot for (slot, name, tensor), version in zip(arguments, versions)
-               if tensor._version != version or slot in declared or name in declared}
-    differentiable = differentiable_indices(outputs)
-    if differentiable and prepared.leaves:  # a backward that writes into its inputs (the mutation check's finding)
-        written |= {slot for slot, _ in written_by_backward(context.case, prepared, differentiable)}
-    return written
 
 
 @dataclass
@@ -241,10 +217,15 @@ class Plan:
     cotangent: object  # cotangent -> laid-out cotangent, or None
 
 
+def _call_order(prepared):
+    """The argument slots, positional then keyword."""
+    return list(range(len(prepared.args))) + list(prepared.kwargs)
+
+
 def _plan(context, prepared, layout, written):
     args, kwargs = prepared.args, prepared.kwargs
     sources, source_names, laid = [], [], {}
-    for slot in list(range(len(args))) + list(kwargs):
+    for slot in _call_order(prepared):
         value = args[slot] if isinstance(slot, int) else kwargs[slot]
         if not isinstance(value, torch.Tensor):
             continue
@@ -330,19 +311,31 @@ def _plain_cotangents(plan, outputs, generator):
 
 
 class _Baseline:
-    """The contiguous run the value-keeping layouts share: the call that looked for in-place writes, one random
-    cotangent per output and the gradients along it, its graph kept for the layouts of grad_output alone."""
+    """The contiguous run of one sample: forward and backward on fresh copies of its arguments, one random
+    cotangent per output and the gradients along it, the graph kept for the layouts of grad_output alone. The
+    value-keeping layouts compare with it; it also shows which arguments the op writes in place (forward's
+    version counters and values, the marker's ``mutates=``, and what backward changes: a memory-saving backward
+    writing the gradients into its saved inputs), which the expanded layout must leave alone."""
 
-    def __init__(self, outputs):
-        self.outputs, self.expected, self.cotangents = outputs, None, None
-
-    def run(self, context, plan):
-        if self.expected is None:
-            self.cotangents = random_cotangents(self.outputs, context.generator, repeating=True)
-            fresh = [None if c is None else c.clone() for c in self.cotangents]
-            grads = grads_of(self.outputs, plan.sources, fresh, retain_graph=True) if plan.sources else []
-            self.expected = (self.outputs, grads)
-        return self.expected, self.cotangents
+    def __init__(self, context, prepared):
+        args, kwargs = prepared.call_args()
+        arguments = tensor_arguments(context.case, args, kwargs)
+        versions = [tensor._version for _, _, tensor in arguments]
+        self.outputs = call_with(context.case, args, kwargs).outputs
+        declared = declared_by_marker(context.case)  # mutates=: written by forward, or by a memory-saving backward
+        self.written = {slot for (slot, name, tensor), version in zip(arguments, versions)
+                        if tensor._version != version or slot in declared or name in declared}
+        self.cotangents = random_cotangents(self.outputs, context.generator, repeating=True)
+        sources = [prepared.args[slot] if isinstance(slot, int) else prepared.kwargs[slot]
+                   for slot in _call_order(prepared) if slot in prepared.slots]
+        backward = bool(sources) and bool(differentiable_indices(self.outputs))
+        # Versions, and values: a kernel writing through the raw memory moves no version counter.
+        before = [(tensor._version, tensor.detach().clone()) for _, _, tensor in arguments] if backward else []
+        fresh = [None if c is None else c.clone() for c in self.cotangents]
+        grads = grads_of(self.outputs, sources, fresh, retain_graph=True) if sources else []
+        self.written |= {slot for (slot, _, tensor), (version, values) in zip(arguments, before)
+                         if tensor._version != version or not torch.equal(tensor.detach(), values)}
+        self.expected = (self.outputs, grads)
 
     def agrees(self, context, plan):
         """For a layout of grad_output alone: True when its gradients equal the contiguous ones on the kept
@@ -350,7 +343,7 @@ class _Baseline:
         cotangents, laid = _plain_cotangents(plan, self.outputs, context.generator)
         if not laid:
             return None
-        if self.expected is None or not plan.sources:
+        if not plan.sources:
             return False
         try:
             want = grads_of(self.outputs, plan.sources, [None if c is None else c.clone() for c in cotangents],
@@ -369,7 +362,7 @@ def _check_plan(context, plan, layout, sample, baseline):
     sample; a layout of grad_output alone first compares on its kept graph.
     """
     if layout.keeps_values:
-        expected, cotangents = baseline.run(context, plan)
+        expected, cotangents = baseline.expected, baseline.cotangents
         cotangent_laid = any(c is not None and plan.cotangent(c) is not None for c in cotangents)
         if not plan.laid and not cotangent_laid:
             return False
@@ -414,7 +407,7 @@ def _only_rounding(context, layout, sample, problem):
         return False
     try:
         prepared = prepare(context.case, sample, context.device, dtype=torch.float64)
-        plan = _plan(context, prepared, layout, _written_slots(context, prepared))
+        plan = _plan(context, prepared, layout, _Baseline(context, prepared).written)
         outputs = _forward(context, plan, set())
         cotangents, _ = _plain_cotangents(plan, outputs, context.generator)
         expected = _run(context, plan, set(), cotangents, outputs=outputs)
