@@ -17,6 +17,33 @@ def seed_generators(device, seed):
         torch.cuda.default_generators[index].manual_seed(seed)
 
 
+def generators(device):
+    """(label, get_state, advance) of the global generators an item's device uses."""
+    from pytest_autograd.engine.devices import cuda_devices
+
+    found = [("the CPU generator", torch.get_rng_state, lambda n: _draws(n, "cpu"))]
+    for index in cuda_devices(device):
+        found.append((f"the CUDA generator of cuda:{index}", lambda index=index: torch.cuda.get_rng_state(index),
+                      lambda n, index=index: _draws(n, f"cuda:{index}")))
+    return found
+
+
+def _draws(count, device):
+    """Advance a generator by ``count`` separate draws.
+
+    One draw of n numbers would not do: a CUDA (Philox) generator moves its
+    offset in whole steps per kernel launch, so ``torch.rand(1)`` and
+    ``torch.rand(2)`` leave it in the same state.
+    """
+    for _ in range(count):
+        torch.rand(1, device=device)
+
+
+def generator_states(device):
+    """{label: a copy of its state} for the global generators ``device`` uses."""
+    return {label: get_state().clone() for label, get_state, _ in generators(device)}
+
+
 def draw_seed(generator):
     """A seed drawn from a check's own generator."""
     return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))

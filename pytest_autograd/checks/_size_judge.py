@@ -105,9 +105,10 @@ class Judge:
                      if isinstance(value, torch.Tensor) and value.is_floating_point())
         return 48 * max(1, leaves)
 
-    def forward_seconds(self, variant, limit):
-        """Seconds one forward on ``variant`` takes in this strategy's dtype (the faster of two when quick); None when
-        stopped at ``limit`` (0 when it raises: the judging says so)."""
+    def forward_seconds(self, variant, limit, enough=0.0):
+        """Seconds one forward on ``variant`` takes in this strategy's dtype (the faster of two when quick, the first
+        when it takes ``enough`` or less already); None when stopped at ``limit`` (0 when it raises: the judging says
+        so)."""
         from pytest_autograd.engine.budget import call_with_limit
 
         def forward():
@@ -121,7 +122,7 @@ class Judge:
                 if self.context.device.startswith("cuda"):
                     torch.cuda.synchronize(self.context.device)  # kernels run asynchronously: wait for them
                 best = min(best, time.perf_counter() - start)
-                if best > limit / 2:
+                if best > limit / 2 or best <= enough:
                     break
             return best
 

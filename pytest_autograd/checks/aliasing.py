@@ -23,13 +23,13 @@ such refusal (``REFUSALS``) is the right answer, like the version error.
 
 
 from pytest_autograd.checks._hygiene import call_with, shares_storage, tensor_arguments
-from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
+from pytest_autograd.checks._plain_run import plain_run
+from pytest_autograd.checks._reruns import compare_runs, seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
     OpRaised,
     grads_of,
     output_label,
-    random_cotangents,
 )
 
 FACTOR = -2.0
@@ -57,7 +57,7 @@ class Aliasing(Check):
             prepared = context.prepare(sample)
             if not prepared.leaves:
                 continue
-            baseline = _Baseline(context, prepared)
+            baseline = _Baseline(context, index, prepared)
             for attempt in (_outputs_changed, _inputs_changed):
                 refused, candidates = attempt(context, prepared, baseline, None)
                 if refused and len(candidates) > 1:
@@ -67,16 +67,15 @@ class Aliasing(Check):
 
 
 class _Baseline:
-    """Seed, cotangents and gradients of one unchanged run, shared by every attempt on a sample."""
+    """Seed, cotangents and gradients of one unchanged run (the sample's plain run), shared by every attempt on a
+    sample."""
 
-    def __init__(self, context, prepared):
+    def __init__(self, context, index, prepared):
         self.context, self.prepared = context, prepared
-        self.seed = draw_seed(context.generator)
-        seed_generators(context.device, self.seed)
-        outputs = context.run_op(prepared)
-        self.cotangents = random_cotangents(outputs, context.generator, repeating=True)
-        self.differentiable = any(out.requires_grad for out in outputs)
-        self.grads = grads_of(outputs, prepared.leaves, self.cotangents) if self.differentiable else None
+        plain = plain_run(context, index, prepared)
+        self.seed, self.cotangents = plain.seed, plain.cotangents
+        self.differentiable = plain.differentiable
+        self.grads = plain.grads if self.differentiable else None
 
     def grads_with(self, cotangents):
         """Gradients of an unchanged run for other cotangents (one more forward and backward)."""

@@ -4,11 +4,15 @@ Races and unordered atomic accumulation make a kernel's results change from
 run to run by a few ulps; gradcheck's tolerance hides that, and training
 runs then cannot be reproduced. Ops that accept this (atomics on purpose)
 declare the bound with ``nondet_tol=`` on the marker.
+
+The first run is the sample's plain run, shared with the other checks that
+compare the op with itself (``_plain_run``); the second is the check's own.
 """
 
 import torch
 
 from pytest_autograd.checks._hygiene import max_difference
+from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import grads_of, output_label, random_cotangents
 from pytest_autograd.engine.outcomes import UsageProblem
@@ -24,7 +28,8 @@ class Determinism(Check):
         tolerance = _tolerance(context.case)
         for index, sample in context.samples():
             prepared = context.prepare(sample)
-            first, cotangents = _run(context, prepared, None)
+            plain = plain_run(context, index, prepared)
+            first, cotangents = _named(prepared, plain.outputs, plain.grads), plain.cotangents
             second, _ = _run(context, prepared, cotangents)
             differences = _differences(context, first, second)
             worst = max(differences, key=lambda d: d[1], default=None)
@@ -68,9 +73,12 @@ def _run(context, prepared, cotangents):
     grads = []
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads = grads_of(outputs, prepared.leaves, cotangents)
+    return _named(prepared, outputs, grads), cotangents
+
+
+def _named(prepared, outputs, grads):
     named = [(output_label(k, len(outputs)), out.detach()) for k, out in enumerate(outputs)]
-    named += [(f"gradient w.r.t. `{name}`", grad.detach()) for name, grad in zip(prepared.names, grads)]
-    return named, cotangents
+    return named + [(f"gradient w.r.t. `{name}`", grad.detach()) for name, grad in zip(prepared.names, grads)]
 
 
 def _differences(context, first, second):

@@ -7,7 +7,8 @@ it is out of memory. The leak check follows the outputs, node, inputs and
 ``ctx`` attributes of one call; this check counts every tensor created
 during many calls.
 
-After one untracked call, it repeats forward and backward of all samples
+After one untracked call (the sample's plain run, shared with the other
+checks that compare the op with itself: ``_plain_run``), it repeats forward and backward of all samples
 ``growth_calls`` times (5 by default), recording a weak reference to every
 tensor any aten op creates meanwhile (a ``TorchDispatchMode``) and which
 call created it. A correct op leaves none alive once the calls' outputs are
@@ -31,8 +32,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from pytest_autograd.checks._hygiene import cuda_allocated, describe, fmt_bytes
+from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks.base import Check
-from pytest_autograd.engine.execution import grads_of, random_cotangents
+from pytest_autograd.engine.execution import grads_of
 from pytest_autograd.engine.outcomes import UsageProblem
 
 DEFAULT_CALLS = 5
@@ -86,9 +88,9 @@ class Growth(Check):
         calls = _calls(context.case)
         prepared = [context.prepare(sample) for _, sample in context.samples()]
         cotangents = [None] * len(prepared)
-        for k, sample in enumerate(prepared):  # an untracked first call draws the cotangents every call reuses
+        for k, sample in enumerate(prepared):  # a call before the watched ones (the plain run) gives the cotangents
             context.sample_index = k
-            cotangents[k] = _call_once(context, sample, None)
+            cotangents[k] = plain_run(context, k, sample).cotangents
         tracker = CreatedTensors()
         device_bytes = []
         for call in range(1, calls + 1):
@@ -96,7 +98,7 @@ class Growth(Check):
             with tracker:
                 for k, sample in enumerate(prepared):
                     context.sample_index = k
-                    cotangents[k] = _call_once(context, sample, cotangents[k])
+                    _call_once(context, sample, cotangents[k])
             context.sample_index = None
             if call in (calls - 2, calls):
                 device_bytes.append(_settle(context, prepared, cotangents))
@@ -146,11 +148,8 @@ def _calls(case):
 def _call_once(context, prepared, cotangents):
     """One forward and backward on fresh copies of the sample; everything it made is dropped on return."""
     outputs = context.run_op(prepared)
-    if cotangents is None:
-        cotangents = random_cotangents(outputs, context.generator, repeating=True)
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads_of(outputs, prepared.leaves, cotangents)
-    return cotangents
 
 
 def _storage_bytes(tensors):

@@ -7,10 +7,12 @@ once by its own backward, which is what the other checks do. A model that
 uses the op twice interleaves the calls:
 ``y1 = op(a); y2 = op(b); backward(y1); backward(y2)``. This check runs
 exactly that and compares every output and gradient with isolated runs of
-the same calls.
+the same calls (a sample's own isolated run is its plain run, shared with the
+other checks that compare the op with itself: ``_plain_run``).
 """
 
 
+from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
@@ -45,6 +47,10 @@ class Reentrancy(Check):
             calls = [(index, first, first.leaves), (key, second, second_leaves)]
             for call, (key, sample, leaves) in enumerate(calls):
                 if key in alone:
+                    continue
+                if isinstance(key, int):  # a sample as it is: its plain run is the call alone
+                    plain = plain_run(context, key, sample)
+                    alone[key] = plain.seed, plain.cotangents, (plain.outputs, plain.grads)
                     continue
                 seed = draw_seed(context.generator)
                 try:

@@ -6,7 +6,9 @@ data shuffling repeat from step to step, silently. Drawing from the
 generator is fine; overwriting it is not. The runner isolates every check
 with ``fork_rng``, which hides the damage from all other checks, so this
 check looks inside: it runs each sample from two different generator states
-(the same seed, advanced by one and by two draws) and fails when the states
+(a seed, and the same seed advanced by one draw; the first run is the
+sample's plain run, shared with the checks that compare the op with itself,
+``_plain_run``) and fails when the states
 after the call are equal, that is, when they no longer depend on the state
 before it. A backward that puts the generator back to where it was before
 forward (the numbers forward drew will be drawn again) fails too.
@@ -14,9 +16,10 @@ forward (the numbers forward drew will be drawn again) fails too.
 
 import torch
 
-from pytest_autograd.checks._reruns import seed_generators
+from pytest_autograd.checks._plain_run import plain_run
+from pytest_autograd.checks._reruns import generator_states, generators, seed_generators
 from pytest_autograd.checks.base import Check
-from pytest_autograd.engine.execution import grads_of, random_cotangents
+from pytest_autograd.engine.execution import grads_of
 
 HINT = ("draw from a generator of your own (g = torch.Generator(device).manual_seed(seed); torch.rand(..., "
         "generator=g)), or wrap the reseeding in `with torch.random.fork_rng():` so the caller's generator is "
@@ -30,55 +33,25 @@ class GlobalRng(Check):
     def run(self, context):
         for index, sample in context.samples():
             prepared = context.prepare(sample)
-            cotangents = None
-            runs = []
-            for advance in (1, 2, 1):
-                run, cotangents = _run_from(context, prepared, advance, cotangents)
-                runs.append(run)
+            plain = plain_run(context, index, prepared)
+            runs = [plain.states, _run_from(context, prepared, plain, 1), _run_from(context, prepared, plain, 0)]
             for generator in runs[0]["before"]:
                 _judge(context, generator, runs)
 
 
-def _generators(device):
-    """(label, get_state, advance) of the global generators this item's device uses."""
-    from pytest_autograd.engine.devices import cuda_devices
-
-    found = [("the CPU generator", torch.get_rng_state, lambda n: _draws(n, "cpu"))]
-    for index in cuda_devices(device):
-        found.append((f"the CUDA generator of cuda:{index}", lambda index=index: torch.cuda.get_rng_state(index),
-                      lambda n, index=index: _draws(n, f"cuda:{index}")))
-    return found
-
-
-def _draws(count, device):
-    """Advance a generator by ``count`` separate draws.
-
-    One draw of n numbers would not do: a CUDA (Philox) generator moves its
-    offset in whole steps per kernel launch, so ``torch.rand(1)`` and
-    ``torch.rand(2)`` leave it in the same state.
-    """
-    for _ in range(count):
-        torch.rand(1, device=device)
-
-
-def _states(device):
-    return {label: get_state().clone() for label, get_state, _ in _generators(device)}
-
-
-def _run_from(context, prepared, advance, cotangents):
-    """Forward and backward from the item's seed advanced by ``advance`` draws; the generator states seen."""
-    seed_generators(context.device, context.seed)
-    for _, _, draw in _generators(context.device):
+def _run_from(context, prepared, plain, advance):
+    """Forward and backward from the state the plain run started from, advanced by ``advance`` draws; the
+    generator states seen."""
+    seed_generators(context.device, plain.seed)
+    for _, _, draw in generators(context.device):
         draw(advance)
-    run = {"before": _states(context.device)}
+    run = {"before": generator_states(context.device)}
     outputs = context.run_op(prepared)
-    run["forward"] = _states(context.device)
-    if cotangents is None:
-        cotangents = random_cotangents(outputs, context.generator, repeating=True)
-    if prepared.leaves and any(out.requires_grad for out in outputs):
-        grads_of(outputs, prepared.leaves, cotangents)
-        run["backward"] = _states(context.device)
-    return run, cotangents
+    run["forward"] = generator_states(context.device)
+    if plain.differentiable:
+        grads_of(outputs, prepared.leaves, plain.cotangents)
+        run["backward"] = generator_states(context.device)
+    return run
 
 
 def _judge(context, generator, runs):
@@ -94,7 +67,7 @@ def _judge(context, generator, runs):
             context.fail(
                 f"{phase} resets torch's global random number generator: {generator}'s state after {phase} is the "
                 "same whichever state it started from",
-                details=["started from two different states (the item's seed advanced by one and by two draws); "
+                details=["started from two different states (a seed, and the same seed advanced by one draw); "
                          f"both runs left {generator} in the same state, so every random draw after the op repeats "
                          "from call to call"],
                 hint=HINT)

@@ -223,7 +223,7 @@ class _Run:
         size, why = task.size, None
         for _ in range(4):
             shaped = self.shaped(task.index, task.axis, size)
-            seconds = judge.forward_seconds(shaped, PROBE_SECONDS)
+            seconds = judge.forward_seconds(shaped, PROBE_SECONDS, enough=LARGE_SECONDS / judge.evaluations)
             if seconds is not None and seconds * judge.evaluations <= LARGE_SECONDS:
                 break
             why = (f"one forward at {size} takes {'over ' + fmt(PROBE_SECONDS) if seconds is None else f'{seconds:.2g}'}"

@@ -1,0 +1,67 @@
+"""One plain forward and backward of a sample, shared by the checks that compare the op with itself.
+
+determinism (its first run), aliasing (the unchanged run), reentrancy (each
+call alone), growth (the untracked call before the watched ones) and rng
+(its first run, with the generators' states around it) each began the same
+way: the op on fresh copies of the sample in its own dtypes, a random
+cotangent per output, the gradients along them. A :class:`PlainRun` is that
+run, made once per sample and device by whichever of them comes first:
+copies of the outputs and gradients (read-only), the cotangents, and the
+seed the global generators had, so an op that draws random numbers draws
+the same ones when a check runs it again from that seed. Its draws come from
+a generator seeded by the run (the test under pytest), not by the check, so
+a check's verdict is the same whether it found the run made or made it: run
+alone (``-k``), a check makes it itself.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from pytest_autograd.checks._reruns import draw_seed, generator_states, seed_generators
+from pytest_autograd.engine.execution import grads_of, random_cotangents
+from pytest_autograd.engine.seeding import item_seed
+
+
+@dataclass(frozen=True)
+class PlainRun:
+    seed: int  # the global generators' seed before forward
+    cotangents: list  # per output, None for one that is not differentiable
+    outputs: list  # detached copies (an op writing into a buffer it reuses must not change them)
+    grads: list  # detached copies, per leaf; empty when no output carries a gradient (or the sample has no leaf)
+    states: dict  # "before", "forward", "backward" (when run) -> the global generators' states then (the rng check)
+
+    @property
+    def differentiable(self):
+        return bool(self.grads)
+
+
+def plain_run(context, index, prepared):
+    """The PlainRun of sample number ``index``, ``prepared`` in its own dtypes on the context's device: the one an
+    earlier check of this run made, else made now (and kept while the case is)."""
+    kept = context.case.__dict__.setdefault("_plain_runs", {})
+    key = (index, str(context.device))
+    if key not in kept:
+        kept[key] = _run(context, index, prepared)
+    return kept[key]
+
+
+def _run(context, index, prepared):
+    base = context.case.shared_seed
+    generator = torch.Generator().manual_seed(item_seed(context.seed if base is None else base,
+                                                        f"plain-run:{context.device}:{index}"))
+    seed = draw_seed(generator)
+    seed_generators(context.device, seed)
+    states = {"before": generator_states(context.device)}
+    outputs = context.run_op(prepared)
+    states["forward"] = generator_states(context.device)
+    values = [out.detach().clone() for out in outputs]  # before backward, which may write into them
+    cotangents = random_cotangents(outputs, generator, repeating=True)
+    grads = []
+    if prepared.leaves and any(out.requires_grad for out in outputs):
+        grads = [g.detach().clone() for g in grads_of(outputs, prepared.leaves, cotangents)]
+        states["backward"] = generator_states(context.device)
+    return PlainRun(seed, cotangents, values, grads, states)
+
+
+__all__ = ["PlainRun", "plain_run"]
