@@ -234,3 +234,37 @@ def test_grad_metadata_reads_a_function_inside_a_wrapper(pytester, run_pytest):
     result.stdout.fnmatch_lines([
         "backward returns the gradient of input 0 of Scale as float32, but input 0 of Scale is float64; *",
     ])
+
+
+def test_grad_metadata_passes_large_float64_ops_whose_backward_only_moves_or_scales_grad_output(pytester, run_pytest):
+    # Large cotangents are drawn in float32 and widened: a backward that copies, masks or scales grad_output by a
+    # power of two in genuine float64 arithmetic would then return float32 numbers, the fingerprint of a float32
+    # backward. Every default check must pass these correct ops at a size past that.
+    pytester.makepyfile(textwrap.dedent("""
+        import pytest, torch
+        from reference_ops import KillHead, MulConstant, MyReLU, SplitHalves
+
+        def large(generator=None):
+            return torch.randn(256, 300, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+        @pytest.mark.autograd_op(op=MulConstant, reference=lambda x, c: x * c)
+        def test_halve():
+            return [(large(), -0.5)]
+
+        @pytest.mark.autograd_op(op=KillHead, reference=lambda x, n: torch.cat([x[..., :n] * 0, x[..., n:]], -1))
+        def test_kill_head():
+            return [(large(), 3)]
+
+        @pytest.mark.autograd_op(op=MyReLU, reference=torch.relu)
+        def test_relu():
+            x = large()
+            return [(x + x.sign() * 0.1,)]
+
+        @pytest.mark.autograd_op(op=SplitHalves, reference=lambda x, k: (x[..., :k] * 2, x[..., k:] * 3))
+        def test_split_halves():
+            return [(large(), 100)]
+    """))
+    result = run_pytest("-rA")
+    assert result.parseoutcomes().get("failed", 0) == 0, result.stdout.str()
+    for test in ("test_halve", "test_kill_head", "test_relu", "test_split_halves"):
+        result.stdout.fnmatch_lines([f"PASSED *::{test}[[]grad_metadata-cpu[]]*"])

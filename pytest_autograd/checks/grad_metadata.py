@@ -38,6 +38,7 @@ from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import dtype_label
 
 FINGERPRINT_MIN_ELEMENTS = 4  # non-zero gradient elements needed before the float32 fingerprint counts
+OFF_GRID = 1.0 + 2.0 ** -30  # float64 cotangents times this hold values no float32 number has
 
 PRECISION_HINT = ("compute the gradient in the input's dtype: drop .float() / .to(torch.float32) and float32 "
                   "buffers or kernels from backward (cast only where a lower precision is really intended)")
@@ -79,7 +80,7 @@ class GradMetadata(Check):
 
     def _backward(self, context, prepared, outputs, warned, allowed):
         """The engine's gradients; first, every raw gradient a Python backward returned on the way is judged."""
-        cotangents = random_cotangents(outputs, context.generator, repeating=True)
+        cotangents = _off_float32_grid(random_cotangents(outputs, context.generator, repeating=True))
         raised = None
         with recording() as raw:
             try:
@@ -92,6 +93,19 @@ class GradMetadata(Check):
         if raised is not None:
             raise raised
         return grads
+
+
+def _off_float32_grid(cotangents):
+    """The float64 cotangents with a bit float32 does not have in every non-zero element.
+
+    Large cotangents are drawn in float32 and widened (``engine/draws``): a
+    backward that only copies, masks or scales grad_output by a power of two
+    (a permutation, a ReLU, ``x * 0.5``) would return float32 numbers from
+    genuine float64 arithmetic, the float32 fingerprint. One factor of
+    ``OFF_GRID`` sets a bit 30 places below each element's leading one, 7
+    below float32's last.
+    """
+    return [c * OFF_GRID if c is not None and c.dtype == torch.float64 else c for c in cotangents]
 
 
 def _run_dtypes(context, sample):
