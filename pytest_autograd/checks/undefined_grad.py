@@ -67,7 +67,7 @@ class UndefinedGrad(Check):
                 scenarios += [[j for j in used if j != k] for k in used]
             for kept in scenarios:
                 self._check_partial(context, prepared, cotangents, kept, used, count)
-            self._check_all_undefined(context, prepared, used, count)
+            self._check_all_undefined(context, outputs, prepared, used, count)
         if not ran:
             skip("no sample has a floating output that requires grad: there is no gradient to leave undefined")
 
@@ -91,15 +91,15 @@ class UndefinedGrad(Check):
                             output=", ".join(unused), argument=name,
                             hint="an undefined gradient must act like a zero gradient; " + NONE_HINT)
 
-    def _check_all_undefined(self, context, prepared, used, count):
-        """Every differentiable output's gradient undefined: backward must return nothing or zeros."""
+    def _check_all_undefined(self, context, outputs, prepared, used, count):
+        """Every differentiable output's gradient undefined: backward must return nothing or zeros (through the
+        graph of ``outputs``, the sample's first forward, which no backward has used)."""
         node = undefined_grad_node()
         if node is None:
             return
         labels = [output_label(k, count) for k in used]
         situation = (f"when the gradient of {' and '.join(labels)} is undefined"
                      if len(labels) == 1 else "when the gradients of all outputs are undefined")
-        outputs = context.run_op(prepared)
         undefined = [node(outputs[k]) for k in used]
         try:
             grads = autograd_grad(undefined, prepared.leaves, [torch.ones_like(u) for u in undefined])
