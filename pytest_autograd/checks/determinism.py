@@ -16,6 +16,7 @@ from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import grads_of, output_label, random_cotangents
 from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.engine.seeding import seed_torch
 from pytest_autograd.results.compare import fmt, fmt_index
 
 
@@ -113,7 +114,7 @@ def _same_when_reseeded(context, prepared, cotangents):
     runs = []
     for _ in range(2):
         with torch.random.fork_rng(devices=cuda_devices(context.device)):
-            torch.manual_seed(context.seed)
+            seed_torch(context.seed)
             runs.append(_run(context, prepared, cotangents)[0])
     return all(largest == 0 for _, largest, *_ in _differences(context, *runs))
 

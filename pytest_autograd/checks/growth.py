@@ -8,18 +8,19 @@ it is out of memory. The leak check follows the outputs, node, inputs and
 during many calls.
 
 After one untracked call (the sample's plain run, shared with the other
-checks that compare the op with itself: ``_plain_run``), it repeats forward and backward of all samples
-``growth_calls`` times (5 by default), recording a weak reference to every
-tensor any aten op creates meanwhile (a ``TorchDispatchMode``) and which
-call created it. A correct op leaves none alive once the calls' outputs are
-dropped. A bounded cache (``lru_cache(maxsize=4)``) keeps only the last few
-calls' tensors; an unbounded one keeps some from every call. So the check
-fails when every one of the calls left tensors alive: a cache of fewer
-entries than ``growth_calls`` passes, and no call has to be run only to let a
-cache fill. On CUDA the bytes allocated on the device
-(``torch.cuda.memory_allocated``) after the last two calls are compared too.
-Both measurements follow one untracked call, so buffers that autograd's
-CUDA thread still holds from the last call are not taken for growth.
+checks that compare the op with itself: ``_plain_run``), it repeats forward
+and backward of all samples ``growth_calls`` times (5 by default), recording
+a weak reference to every tensor any aten op creates meanwhile (a
+``TorchDispatchMode``) and which call created it. A correct op leaves none
+alive once the calls' outputs are dropped. A bounded cache
+(``lru_cache(maxsize=4)``) keeps only the last few calls' tensors; an
+unbounded one keeps some from every call. So the check fails when every one
+of the calls left tensors alive: a cache of fewer entries than
+``growth_calls`` passes, and no call has to be run only to let a cache fill.
+On CUDA the bytes allocated on the device (``torch.cuda.memory_allocated``)
+after the third-last and the last call are compared too. Both measurements
+follow one untracked call, so buffers that autograd's CUDA thread still
+holds from the last call are not taken for growth.
 """
 
 import gc

@@ -6,6 +6,7 @@ from pytest_autograd.engine.budget import call_with_limit, time_budget_failure
 from pytest_autograd.engine.devices import cuda_devices
 from pytest_autograd.engine.execution import op_failure
 from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
+from pytest_autograd.engine.seeding import seed_torch
 from pytest_autograd.engine.triton_interpreter import interpreter_refusal, watching_interpreted_dtypes
 from pytest_autograd.engine.torch_noise import quiet_torch_machinery
 from pytest_autograd.results.report import CheckFailure
@@ -48,7 +49,7 @@ def _run_once(check, context, reseed):
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
                 watching_interpreted_dtypes() as untrusted:
             if reseed:
-                torch.manual_seed(context.seed)
+                seed_torch(context.seed)
             expired = call_with_limit(context.case.run_options.seconds, lambda: check.run(context)).expired
         if expired is not None:
             return time_budget_failure(check.name, expired, context.device, context.sample_index)
