@@ -91,6 +91,20 @@ def test_what_the_body_sets_up_holds_for_every_items_check(pytester, run_pytest)
     assert "test_fallback_path[reference-cpu]" in "\n".join(line for line in result.outlines if "FAILED" in line)
 
 
+def test_an_item_whose_check_does_not_apply_skips_without_calling_the_body_again(pytester, run_pytest, monkeypatch):
+    # CountedGelu defines no jvp: forward_ad does not apply, which the case gradcheck's item built already shows
+    pytester.makepyfile(test_counted=COUNTING_TEST)
+    log = pytester.path / "calls.log"
+    monkeypatch.setenv("CALLS_LOG", str(log))
+    result = run_pytest("--autograd-checks=gradcheck,forward_ad,reference", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*op defines no jvp*"])
+    assert [line for line in log.read_text().split() if line == "body"] == ["body", "body"]
+    alone = run_pytest("--autograd-checks=forward_ad", "-rs")  # no kept case: the item asks its own
+    alone.assert_outcomes(skipped=1)
+    alone.stdout.fnmatch_lines(["*op defines no jvp*"])
+
+
 def test_the_items_of_a_test_parametrized_by_its_author_run_next_to_each_other(pytester, run_pytest, monkeypatch):
     pytester.makepyfile(test_counted=COUNTING_TEST.replace(
         "@pytest.mark.autograd_op", '@pytest.mark.parametrize("rows", [8, 16])\n@pytest.mark.autograd_op').replace(

@@ -23,7 +23,7 @@ from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS
 from pytest_autograd.pytest_adapter.record import without_group
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
 from pytest_autograd.pytest_adapter.rerun import pytest_command
-from pytest_autograd.pytest_adapter.shared_cases import passed_over, samples_seed, shared_case, test_key
+from pytest_autograd.pytest_adapter.shared_cases import kept_case, passed_over, samples_seed, shared_case, test_key
 from pytest_autograd.pytest_adapter.skipping import skip_here
 from pytest_autograd.results.plots import picture_name
 from pytest_autograd.pytest_adapter.timeout import item_seconds
@@ -117,6 +117,7 @@ def selected_check(registry, spec, on_skip=None):
 def _run_seeded(item, spec, device, settings, check, seed):
     where = item.nodeid
     try:
+        _skip_if_it_does_not_apply_to_the_kept_case(item, spec, device, check)
         case = _case(item, spec, device, settings)
         reason = check.applies(case, device)
         if reason:
@@ -145,6 +146,20 @@ def _run_seeded(item, spec, device, settings, check, seed):
         failure.report.repro = shown_path(failure.report.repro, item.config.invocation_params.dir)
         attach_picture(failure.report, item.config, where)
         _fail(failure, rerun, where, seed)
+
+
+def _skip_if_it_does_not_apply_to_the_kept_case(item, spec, device, check):
+    """Skip, without calling the test body, an item whose check does not apply to the case an earlier item of the
+    test built (parity on one device, forward_ad on an op without jvp): on a large sample the body's call is what
+    such an item costs. An item with no kept case asks its own."""
+    key = test_key(item, spec, device)
+    case = kept_case(item.config, key)
+    if case is None:
+        return
+    reason = check.applies(case, device)
+    if reason:
+        passed_over(item, spec, key)
+        skip_here(reason)
 
 
 def shown_path(path, directory):

@@ -103,6 +103,12 @@ def shared_case(item, spec, key, seed, samples, build):
     return entry[0]
 
 
+def kept_case(config, key):
+    """The case an earlier item of ``key``'s test built, while it is kept; else None."""
+    entry = config.stash.get(KEPT, {}).get(key)
+    return None if entry is None else entry[0]
+
+
 def passed_over(item, spec, key):
     """An item of ``key``'s test that skips before asking for the case (an opt-in check nobody selected): counted,
     so that the case is let go after the test's last item all the same."""
