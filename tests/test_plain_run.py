@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pytest_autograd import run_checks
+from test_shared_derivative_work import _counting
 from reference_ops.state import (
     ExpHistoryOnClass,
     ExpKeepsDetachedOutput,
@@ -20,19 +21,6 @@ from reference_ops.state import (
 )
 
 SHARING = ["determinism", "aliasing", "reentrancy", "growth", "rng"]
-
-
-def _counting(function):
-    """``function`` with a count of its forwards."""
-    counts = {"forward": 0}
-
-    class Counted(function):
-        @staticmethod
-        def forward(ctx, *args):
-            counts["forward"] += 1
-            return function.forward(ctx, *args)
-
-    return Counted, counts
 
 
 def _samples():
