@@ -1,9 +1,9 @@
 """One plain forward and backward of a sample, shared by the checks that compare the op with itself.
 
 determinism (its first run), aliasing (the unchanged run), reentrancy (each
-call alone), growth (the untracked call before the watched ones) and rng
-(its first run, with the generators' states around it) each began the same
-way: the op on fresh copies of the sample in its own dtypes, a random
+call alone), growth (the untracked call before the watched ones), rng (its
+first run, with the generators' states around it) and requires_grad (the
+run with every input requiring grad) each began the same way: the op on fresh copies of the sample in its own dtypes, a random
 cotangent per output, the gradients along them. A :class:`PlainRun` is that
 run, made once per sample and device by whichever of them comes first:
 copies of the outputs and gradients (read-only), the cotangents, and the

@@ -5,19 +5,22 @@ misreads ``ctx.needs_input_grad`` (wrong index, a gradient skipped for an
 input that does need it, a gradient returned for a ``None`` argument) passes
 it and breaks in the field, where frozen weights or a constant bias are the
 norm. Each subset of inputs is compared with the all-inputs run under one
-shared cotangent.
+shared cotangent (that run is the sample's plain run, shared with the
+checks that compare the op with itself: ``_plain_run``).
 """
 
 from itertools import combinations
 
+import torch
+
 from pytest_autograd.checks._hygiene import quoted
+from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
     OpRaised,
     floating_tensors,
     grads_of,
     output_label,
-    random_cotangents,
 )
 from pytest_autograd.engine.outcomes import skip
 
@@ -58,13 +61,16 @@ class RequiresGrad(Check):
             if len(full.leaves) < 2:
                 continue
             checked = True
-            outputs = context.run_op(full)
-            cotangents = random_cotangents(outputs, context.generator, repeating=True)
             try:
-                expected = dict(zip(full.slots, grads_of(outputs, full.leaves, cotangents)))
+                plain = plain_run(context, index, full)
             except OpRaised as raised:
+                if raised.phase != "backward":
+                    raise
                 _fail_raised(context, raised, "when every floating input requires grad",
                              [f"requiring grad: {', '.join(full.names)}"])
+            outputs, cotangents = plain.outputs, plain.cotangents
+            grads = plain.grads or [torch.zeros_like(leaf) for leaf in full.leaves]
+            expected = dict(zip(full.slots, grads))
             for subset in subsets(len(full.leaves)):
                 self._check_subset(context, sample, full, outputs, cotangents, expected,
                                    [full.slots[i] for i in subset])
