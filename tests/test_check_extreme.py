@@ -240,3 +240,28 @@ def test_an_op_that_raises_on_its_sample_as_given_is_not_blamed_on_a_magnitude()
     assert outcome.detail.startswith("the op's forward raised RuntimeError on the sample as given, in float32, at "
                                      "every magnitude: swish_kernel: only bfloat16 is supported")
     assert "scaled to max |x|" not in outcome.detail
+
+
+def test_a_slow_truth_does_not_stop_the_magnitudes_after_the_tiny_one_which_runs_without_it(monkeypatch):
+    # The tiny magnitude judges finiteness only and runs no truth when the op's values are finite: its time must
+    # not set the pace for the magnitudes that run the (slower) truth, or they stop for time and the op passes.
+    import time
+
+    import torch
+
+    from pytest_autograd import run_checks
+    from pytest_autograd.checks import extreme
+
+    monkeypatch.setattr(extreme, "MAGNITUDE_SECONDS", 0.2)
+
+    def square_dropping_the_tail(x):  # BUG: 0 past |x| > 1000
+        return torch.where(x.abs() > 1000, torch.zeros_like(x), x * x)
+
+    def slow_square(x):
+        time.sleep(0.25)
+        return x * x
+
+    samples = [(torch.randn(4, 5, generator=torch.Generator().manual_seed(3)),)]
+    outcome = run_checks(square_dropping_the_tail, reference=slow_square, samples=samples, checks=["extreme"])[0]
+    assert outcome.status == "failed", outcome.detail
+    assert "for inputs scaled to max |x|" in outcome.detail

@@ -76,3 +76,22 @@ def test_determinism_compares_its_own_run_with_a_copy_of_the_plain_run_not_a_buf
     outcome = run_checks(ScaleIntoReusedBuffer, samples=_samples(), checks=["determinism"])[0]
     assert outcome.status == "failed"
     assert "two runs on the same inputs differ: output" in outcome.detail
+
+
+@pytest.mark.parametrize("check", ["determinism", "reentrancy"])
+def test_a_backward_that_writes_into_what_it_was_given_is_left_to_mutation_whatever_ran_before(check):
+    # The plain run hands every check fresh cotangents and keeps outputs as read after backward, where a check that
+    # ran the op itself read them: a backward writing into grad_output or into the op's output is mutation's
+    # finding, and the checks that compare runs judge the same alone and after the others.
+    from reference_ops.buggy import ScaleMutatesGradOutput
+    from reference_ops.state import ExpBackwardWritesOutput
+
+    for op in (ScaleMutatesGradOutput, ExpBackwardWritesOutput):
+        alone = run_checks(op, samples=_samples(), checks=[check])[0]
+        others_first = [name for name in SHARING if name != check] + [check]
+        after = [o for o in run_checks(op, samples=_samples(), checks=others_first) if o.check == check][0]
+        assert alone.status == after.status, (op.__name__, alone.detail, after.detail)
+        assert alone.detail.splitlines()[:1] == after.detail.splitlines()[:1]
+        assert run_checks(op, samples=_samples(), checks=["mutation"])[0].status == "failed"
+        if check == "determinism" or op is ExpBackwardWritesOutput:
+            assert alone.status == "passed", (op.__name__, alone.detail)

@@ -70,6 +70,7 @@ class Judge:
         self.truth_label = "the reference in float64" if self.reference is not None else "the op in float64"
         self.unscaled_runs = False
         self.cotangent_size = None
+        self.truth_skipped = False  # the last magnitude ran the op only (its time says nothing of the truth's)
 
     def _raises_unscaled(self):
         try:
@@ -84,7 +85,7 @@ class Judge:
         ``values``: compare values too, not only finiteness (where products of inputs are representable).
         """
         scaled = cast_sample(self.sample, self.dtype, magnitude, self.slots)
-        self.where, self.magnitude = where, magnitude
+        self.where, self.magnitude, self.truth_skipped = where, magnitude, False
         try:
             got, drawn = forward_and_backward(self.context, scaled, self.dtype, self.cotangents)
         except OpRaised as raised:
@@ -100,7 +101,8 @@ class Judge:
             self.context.fail_raised(raised, situation=f"for inputs scaled to max |x| = {fmt(magnitude)}, where "
                                      f"{self.truth_label} runs", details=[self._scaled_line()])
         self.cotangents = self.cotangents or drawn  # drawn at the first magnitude, the same for all
-        if not values and _all_finite(got):
+        self.truth_skipped = not values and _all_finite(got)
+        if self.truth_skipped:
             return None  # only finiteness is judged here, and the op gave nothing else: no truth needed
         truth = self._truth_or_outside(scaled)
         if isinstance(truth, Outside):

@@ -2,16 +2,19 @@
 
 determinism (its first run), aliasing (the unchanged run), reentrancy (each
 call alone), growth (the untracked call before the watched ones), rng (its
-first run, with the generators' states around it) and requires_grad (the
-run with every input requiring grad) each began the same way: the op on fresh copies of the sample in its own dtypes, a random
-cotangent per output, the gradients along them. A :class:`PlainRun` is that
-run, made once per sample and device by whichever of them comes first:
-copies of the outputs and gradients (read-only), the cotangents, and the
-seed the global generators had, so an op that draws random numbers draws
-the same ones when a check runs it again from that seed. Its draws come from
-a generator seeded by the run (the test under pytest), not by the check, so
-a check's verdict is the same whether it found the run made or made it: run
-alone (``-k``), a check makes it itself.
+first run, with the generators' states around it) and requires_grad (the run
+with every input requiring grad) each began the same way: the op on fresh
+copies of the sample in its own dtypes, a random cotangent per output, the
+gradients along them. A :class:`PlainRun` is that run, made once per sample
+and device by whichever of them comes first: copies of the outputs and
+gradients, fresh copies of the cotangents for each check that asks, and the
+seed the global generators had, so an op that draws random numbers draws the
+same ones when a check runs it again from that seed. Its draws come from a
+generator seeded by the run (the test under pytest), not by the check, so a
+check's verdict is the same whether it found the run made or made it: run
+alone (``-k``), a check makes it itself. The outputs are copied after
+backward, where a check that ran the op itself read them; the last check of
+the built-in order that uses it (rng) lets it go.
 """
 
 from dataclasses import dataclass
@@ -26,10 +29,16 @@ from pytest_autograd.engine.seeding import item_seed
 @dataclass(frozen=True)
 class PlainRun:
     seed: int  # the global generators' seed before forward
-    cotangents: list  # per output, None for one that is not differentiable
-    outputs: list  # detached copies (an op writing into a buffer it reuses must not change them)
-    grads: list  # detached copies, per leaf; empty when no output carries a gradient (or the sample has no leaf)
+    drawn: list  # the cotangents as drawn, per output (None for one that is not differentiable); see ``cotangents``
+    outputs: list  # copies taken after backward, as a check reading its own run's outputs sees them
+    grads: list  # copies, per leaf; empty when no output carries a gradient (or the sample has no leaf)
     states: dict  # "before", "forward", "backward" (when run) -> the global generators' states then (the rng check)
+
+    @property
+    def cotangents(self):
+        """Fresh copies of the cotangents: a backward that writes into grad_output changes its caller's copy only,
+        never what the next check is handed."""
+        return [None if c is None else c.clone() for c in self.drawn]
 
     @property
     def differentiable(self):
@@ -55,13 +64,19 @@ def _run(context, index, prepared):
     states = {"before": generator_states(context.device)}
     outputs = context.run_op(prepared)
     states["forward"] = generator_states(context.device)
-    values = [out.detach().clone() for out in outputs]  # before backward, which may write into them
-    cotangents = random_cotangents(outputs, generator, repeating=True)
+    drawn = random_cotangents(outputs, generator, repeating=True)
+    cotangents = [None if c is None else c.clone() for c in drawn]  # the backward's own: it may write into them
     grads = []
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads = [g.detach().clone() for g in grads_of(outputs, prepared.leaves, cotangents)]
         states["backward"] = generator_states(context.device)
-    return PlainRun(seed, cotangents, values, grads, states)
+    return PlainRun(seed, drawn, [out.detach().clone() for out in outputs], grads, states)
 
 
-__all__ = ["PlainRun", "plain_run"]
+def let_go(context, index):
+    """Forget sample ``index``'s PlainRun on the context's device: its last user is done with it (a check after
+    it makes it again, the same)."""
+    context.case.__dict__.get("_plain_runs", {}).pop((index, str(context.device)), None)
+
+
+__all__ = ["PlainRun", "let_go", "plain_run"]

@@ -125,7 +125,7 @@ def _check_dtype(context, dtype, notes):
                 notes.setdefault(f"stopped after {fmt(limit)} s (the op is far slower there than at smaller "
                                  "magnitudes, e.g. a solver that does not converge)", []).append(label)
                 continue
-            if limit is cap:
+            if limit is cap and not judge.truth_skipped:  # the first magnitude timed with its truth sets the pace
                 limit = max(MAGNITUDE_SECONDS, MAGNITUDE_SLOWDOWN * (time.perf_counter() - start))
                 limit = min(limit, cap) if cap else limit
             if isinstance(finished.value, Outside):

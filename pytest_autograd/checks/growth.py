@@ -9,18 +9,16 @@ during many calls.
 
 After one untracked call (the sample's plain run, shared with the other
 checks that compare the op with itself: ``_plain_run``), it repeats forward
-and backward of all samples ``growth_calls`` times (5 by default), recording
+and backward of all samples ``growth_calls`` times (8 by default), recording
 a weak reference to every tensor any aten op creates meanwhile (a
-``TorchDispatchMode``) and which call created it. A correct op leaves none
-alive once the calls' outputs are dropped. A bounded cache
-(``lru_cache(maxsize=4)``) keeps only the last few calls' tensors; an
-unbounded one keeps some from every call. So the check fails when every one
-of the calls left tensors alive: a cache of fewer entries than
-``growth_calls`` passes, and no call has to be run only to let a cache fill.
-On CUDA the bytes allocated on the device (``torch.cuda.memory_allocated``)
-after the third-last and the last call are compared too. Both measurements
-follow one untracked call, so buffers that autograd's CUDA thread still
-holds from the last call are not taken for growth.
+``TorchDispatchMode``), and counts after each call how many are still alive
+once the call's outputs are dropped. A correct op leaves none; a bounded
+cache (``lru_cache(maxsize=4)``) fills up during the first half of the calls
+and then stops growing, which passes. Growth during the second half fails,
+with tensors and bytes per call. On CUDA the bytes allocated on the device
+(``torch.cuda.memory_allocated``) are compared too. Both measurements follow
+one untracked call, so buffers that autograd's CUDA thread still holds from
+the last call are not taken for growth.
 """
 
 import gc
@@ -38,8 +36,7 @@ from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import grads_of
 from pytest_autograd.engine.outcomes import UsageProblem
 
-DEFAULT_CALLS = 5
-FEWEST_CALLS = 3  # the device's bytes are compared across the last two calls, after one more that lets a cache fill
+DEFAULT_CALLS = 8
 SETTLE_PAUSES = (0.0, 0.002, 0.02)  # seconds before each reading of the device's allocated bytes
 HINT = ("a cache that grows on every call: bound it (functools.lru_cache(maxsize=...) keyed by shapes, dtypes and "
         "devices, never by tensors, whose hash is their identity so every call adds an entry), or keep per-call "
@@ -47,7 +44,7 @@ HINT = ("a cache that grows on every call: bound it (functools.lru_cache(maxsize
 
 
 class CreatedTensors(TorchDispatchMode):
-    """Weak references to every tensor an aten op returns while the mode is active, with the call that made it."""
+    """Weak references to every tensor an aten op returns while the mode is active."""
 
     @classmethod
     def _should_skip_dynamo(cls):
@@ -59,25 +56,22 @@ class CreatedTensors(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.refs = []
-        self.call = 0  # the call under way, counted from 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         for value in tree_flatten(result)[0]:
             if isinstance(value, torch.Tensor):
-                self.refs.append((self.call, weakref.ref(value)))
+                self.refs.append(weakref.ref(value))
         return result
 
-    def alive_by_call(self):
-        """{call: the distinct tensors it made that are still alive}; a tensor an in-place op returns again in a
-        later call is the earliest call's."""
-        found, seen = {}, set()
-        for call, ref in self.refs:
+    def alive(self):
+        """The distinct tensors still alive (an in-place op returns its input again: counted once)."""
+        found = {}
+        for ref in self.refs:
             tensor = ref()
-            if tensor is not None and id(tensor) not in seen:
-                seen.add(id(tensor))
-                found.setdefault(call, []).append(tensor)
-        return found
+            if tensor is not None:
+                found[id(tensor)] = tensor
+        return list(found.values())
 
 
 class Growth(Check):
@@ -93,24 +87,31 @@ class Growth(Check):
             context.sample_index = k
             cotangents[k] = plain_run(context, k, sample).cotangents
         tracker = CreatedTensors()
-        device_bytes = []
-        for call in range(1, calls + 1):
-            tracker.call = call
+        counts, device_bytes, host_bytes = [], [], []
+        half = calls // 2
+        for call in range(calls):
             with tracker:
                 for k, sample in enumerate(prepared):
                     context.sample_index = k
                     _call_once(context, sample, cotangents[k])
             context.sample_index = None
-            if call in (calls - 2, calls):
+            measured = call in (half - 1, calls - 1)
+            if measured:
                 device_bytes.append(_settle(context, prepared, cotangents))
-        grown_on_device = None if device_bytes[0] is None else max(0, device_bytes[-1] - device_bytes[0])
-        if len(tracker.alive_by_call()) < calls and not grown_on_device:
-            return  # some call left nothing: a cache that stops growing
+            alive = tracker.alive()
+            counts.append(len(alive))
+            if measured:
+                host_bytes.append(_storage_bytes(alive))
+            del alive
+        grown = counts[-1] - counts[half - 1]
+        grown_on_device = None if device_bytes[0] is None else max(0, device_bytes[1] - device_bytes[0])
+        if grown <= 0 and not grown_on_device:
+            return
         gc.collect()
-        survivors = tracker.alive_by_call()
-        if len(survivors) < calls and not grown_on_device:
+        survivors = tracker.alive()
+        if len(survivors) <= counts[half - 1] and not grown_on_device:
             return  # only Python's cyclic garbage collector frees them: the leak check reports reference cycles
-        _report(context, calls, survivors, grown_on_device)
+        _report(context, counts, half, survivors, host_bytes[1] - host_bytes[0], grown_on_device, calls)
 
 
 def _settle(context, prepared, cotangents):
@@ -140,9 +141,9 @@ def _settle(context, prepared, cotangents):
 
 def _calls(case):
     value = case.option("growth_calls", DEFAULT_CALLS)
-    if isinstance(value, bool) or not isinstance(value, int) or value < FEWEST_CALLS:
-        raise UsageProblem(f"growth_calls= must be an integer of at least {FEWEST_CALLS} (how many identical calls to "
-                           f"watch; a cache of fewer entries passes), got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 4:
+        raise UsageProblem(f"growth_calls= must be an integer of at least 4 (how many identical calls to watch; "
+                           f"growth in the second half fails), got {value!r}.")
     return value
 
 
@@ -165,27 +166,28 @@ def _storage_bytes(tensors):
     return sum(storages.values())
 
 
-def _report(context, calls, survivors, grown_on_device):
-    counts = [len(survivors.get(call, ())) for call in range(1, calls + 1)]
-    everything = [tensor for call in sorted(survivors) for tensor in survivors[call]]
-    total = _storage_bytes(everything)
-    per_call = sum(counts) / calls
-    details = [f"tensors still alive after {calls} identical calls, by the call that made them: "
+def _report(context, counts, half, survivors, grown_bytes, grown_on_device, calls):
+    window = calls - half
+    grown = counts[-1] - counts[half - 1]
+    total = _storage_bytes(survivors)
+    per_call = grown / window
+    per_call_bytes = max(0, grown_bytes) / window
+    details = [f"tensors created during the calls still alive after call 1..{calls}: "
                + ", ".join(str(count) for count in counts),
-               f"{len(everything)} tensors, {fmt_bytes(total)} (e.g. "
-               f"{', '.join(describe(t) for t in everything[-3:])})",
+               f"still alive after the last call: {len(survivors)} tensors, {fmt_bytes(total)} "
+               f"(e.g. {', '.join(describe(t) for t in survivors[-3:])})",
                "gc.collect() does not free them: something outside the graph (a list, dict or cache on the "
                "Function class or in a module) holds them"]
     noun = "tensor" if per_call == 1 else "tensors"
-    summary = (f"every call leaves more tensors alive: {per_call:.3g} {noun} (about {fmt_bytes(int(total / calls))})"
-               f" per call, from each of {calls} identical calls")
+    summary = (f"every call leaves more tensors alive: {per_call:.3g} {noun} (about {fmt_bytes(int(per_call_bytes))})"
+               f" per call over the last {window} of {calls} identical calls")
     if grown_on_device:
-        details.insert(0, f"{fmt_bytes(grown_on_device)} more allocated on {context.device} after the last 2 calls "
-                          f"({fmt_bytes(grown_on_device // 2)} per call)")
-        if len(survivors) < calls:
+        details.insert(0, f"{fmt_bytes(grown_on_device)} more allocated on {context.device} after the last "
+                          f"{window} calls ({fmt_bytes(grown_on_device // window)} per call)")
+        if grown <= 0:
             summary = (f"every call leaves more memory allocated on {context.device}: about "
-                       f"{fmt_bytes(grown_on_device // 2)} per call over the last 2 of {calls} identical calls")
-            details = details[:1]
+                       f"{fmt_bytes(grown_on_device // window)} per call over the last {window} of {calls} "
+                       "identical calls")
     context.fail(summary, details=details, hint=HINT)
 
 

@@ -16,7 +16,7 @@ forward (the numbers forward drew will be drawn again) fails too.
 
 import torch
 
-from pytest_autograd.checks._plain_run import plain_run
+from pytest_autograd.checks._plain_run import let_go, plain_run
 from pytest_autograd.checks._reruns import generator_states, generators, seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import grads_of
@@ -37,6 +37,7 @@ class GlobalRng(Check):
             runs = [plain.states, _run_from(context, prepared, plain, 1), _run_from(context, prepared, plain, 0)]
             for generator in runs[0]["before"]:
                 _judge(context, generator, runs)
+            let_go(context, index)  # the last of the checks that share it, in the built-in order
 
 
 def _run_from(context, prepared, plain, advance):
