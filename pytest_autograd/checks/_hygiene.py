@@ -138,10 +138,18 @@ def written_by_backward(case, prepared, differentiable):
     args, kwargs = prepared.call_args()
     arguments = tensor_arguments(case, args, kwargs)
     outputs = call_with(case, args, kwargs).outputs
-    # Versions, and values: a kernel writing through the raw memory moves no version counter.
-    before = [(tensor._version, tensor.detach().clone()) for _, _, tensor in arguments]
     chosen = [outputs[i] for i in differentiable]
-    grads_of(chosen, prepared.leaves, random_cotangents(chosen, generator, repeating=True))
-    return [(slot, name) for (slot, name, tensor), (version, values) in zip(arguments, before)
-            if tensor._version != version or not torch.equal(tensor.detach(), values)]
+    written, _ = written_while(arguments, lambda: grads_of(chosen, prepared.leaves,
+                                                           random_cotangents(chosen, generator, repeating=True)))
+    return written
+
+
+def written_while(arguments, action):
+    """``((slot, name) of the tensor_arguments that action() changes in place, action()'s result)``: versions and
+    values are compared, as a kernel writing through the raw memory moves no version counter."""
+    before = [(tensor._version, tensor.detach().clone()) for _, _, tensor in arguments]
+    result = action()
+    written = [(slot, name) for (slot, name, tensor), (version, values) in zip(arguments, before)
+               if tensor._version != version or not torch.equal(tensor.detach(), values)]
+    return written, result
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._agreement import agree
-from pytest_autograd.checks._hygiene import call_with, tensor_arguments
+from pytest_autograd.checks._hygiene import call_with, tensor_arguments, written_while
 from pytest_autograd.checks.base import Check
 from pytest_autograd.checks.mutation import declared_by_marker
 from pytest_autograd.engine.complex_views import as_complex
@@ -328,13 +328,16 @@ class _Baseline:
         self.cotangents = random_cotangents(self.outputs, context.generator, repeating=True)
         sources = [prepared.args[slot] if isinstance(slot, int) else prepared.kwargs[slot]
                    for slot in _call_order(prepared) if slot in prepared.slots]
-        backward = bool(sources) and bool(differentiable_indices(self.outputs))
-        # Versions, and values: a kernel writing through the raw memory moves no version counter.
-        before = [(tensor._version, tensor.detach().clone()) for _, _, tensor in arguments] if backward else []
         fresh = [None if c is None else c.clone() for c in self.cotangents]
-        grads = grads_of(self.outputs, sources, fresh, retain_graph=True) if sources else []
-        self.written |= {slot for (slot, _, tensor), (version, values) in zip(arguments, before)
-                         if tensor._version != version or not torch.equal(tensor.detach(), values)}
+
+        def backward():
+            return grads_of(self.outputs, sources, fresh, retain_graph=True) if sources else []
+
+        if sources and differentiable_indices(self.outputs):
+            written, grads = written_while(arguments, backward)
+            self.written |= {slot for slot, _ in written}
+        else:
+            grads = backward()
         self.expected = (self.outputs, grads)
 
     def agrees(self, context, plan):
