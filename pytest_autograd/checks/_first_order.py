@@ -37,7 +37,6 @@ from pytest_autograd.engine.execution import (
     random_cotangents,
     run_op,
 )
-from pytest_autograd.engine.seeding import item_seed
 
 
 @dataclass
@@ -132,7 +131,7 @@ def first_order(context, index, prepared, second):
 
 
 def _first_order(context, index, prepared, second):
-    generator = torch.Generator().manual_seed(_seed(context, index))
+    generator = torch.Generator().manual_seed(context.shared_work_seed("first-order", index))
     with torch.enable_grad():
         outputs = run_op(context.case, prepared)
         declared = declared_nondifferentiable(context.case, outputs)
@@ -184,11 +183,6 @@ def plan_and_first_order(context, index, sample, second):
 def let_go(context, index):
     """Forget sample ``index``'s FirstOrder on the context's device: its last user is done with it."""
     context.case.__dict__.get("_first_orders", {}).pop((index, str(context.device)), None)
-
-
-def _seed(context, index):
-    base = context.case.shared_seed
-    return item_seed(context.seed if base is None else base, f"first-order:{context.device}:{index}")
 
 
 def _moved(tensors, direction, step):

@@ -23,7 +23,6 @@ import torch
 
 from pytest_autograd.checks._reruns import draw_seed, generator_states, seed_generators
 from pytest_autograd.engine.execution import grads_of, random_cotangents
-from pytest_autograd.engine.seeding import item_seed
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class PlainRun:
     def cotangents(self):
         """Fresh copies of the cotangents: a backward that writes into grad_output changes its caller's copy only,
         never what the next check is handed."""
-        return [None if c is None else c.clone() for c in self.drawn]
+        return _copies(self.drawn)
 
     @property
     def differentiable(self):
@@ -56,21 +55,23 @@ def plain_run(context, index, prepared):
 
 
 def _run(context, index, prepared):
-    base = context.case.shared_seed
-    generator = torch.Generator().manual_seed(item_seed(context.seed if base is None else base,
-                                                        f"plain-run:{context.device}:{index}"))
+    generator = torch.Generator().manual_seed(context.shared_work_seed("plain-run", index))
     seed = draw_seed(generator)
     seed_generators(context.device, seed)
     states = {"before": generator_states(context.device)}
     outputs = context.run_op(prepared)
     states["forward"] = generator_states(context.device)
     drawn = random_cotangents(outputs, generator, repeating=True)
-    cotangents = [None if c is None else c.clone() for c in drawn]  # the backward's own: it may write into them
+    cotangents = _copies(drawn)  # the backward's own: it may write into them
     grads = []
     if prepared.leaves and any(out.requires_grad for out in outputs):
         grads = [g.detach().clone() for g in grads_of(outputs, prepared.leaves, cotangents)]
         states["backward"] = generator_states(context.device)
     return PlainRun(seed, drawn, [out.detach().clone() for out in outputs], grads, states)
+
+
+def _copies(tensors):
+    return [None if t is None else t.clone() for t in tensors]
 
 
 def let_go(context, index):

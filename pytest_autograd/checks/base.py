@@ -9,6 +9,7 @@ import torch
 
 from pytest_autograd.checks._agreement import agree
 from pytest_autograd.engine.execution import OpRaised, floating_dtype, prepare, run_op
+from pytest_autograd.engine.seeding import item_seed
 from pytest_autograd.results.compare import (
     Mismatch,
     compare_tensors,
@@ -60,6 +61,12 @@ class CheckContext:
         self.generator = torch.Generator().manual_seed(check_stream_seed(self.seed))
         self.sample_index = None
         self.dtype = None
+
+    def shared_work_seed(self, what, index):
+        """The seed of ``what`` one check computes for others on sample ``index`` (a FirstOrder, a plain run): from
+        the run's shared seed, not the check's, so a check judges the same whether it found the work done or did it."""
+        base = self.case.shared_seed
+        return item_seed(self.seed if base is None else base, f"{what}:{self.device}:{index}")
 
     def samples(self):
         """(index, sample) pairs; failures raised meanwhile name the sample."""
