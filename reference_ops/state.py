@@ -8,7 +8,8 @@ followed at once by its own backward, and breaks only across calls:
   :class:`SquareAccumulatesGradBuffer`;
 * rng: :class:`NoisyScaleOwnGenerator` / :class:`NoisyScaleReseedsGlobalRng`;
 * growth: :class:`WindowedScale` (a bounded cache) /
-  :class:`ExpHistoryOnClass`, :class:`ScaleCachedByTensor`;
+  :class:`ExpHistoryOnClass`, :class:`ExpHistoryEverySecondCall`,
+  :class:`ScaleCachedByTensor`;
 * aliasing: :class:`ExpSavesOutput`, :class:`RowScaleSavesReshapedView` (torch
   refuses the change through its no_grad view) / :class:`ExpKeepsDetachedOutput`,
   :class:`ScaleKeepsInputAlias`;
@@ -34,6 +35,7 @@ __all__ = [
     "BatchNormTraining",
     "ExpBackwardWritesOutput",
     "ExpHistoryOnClass",
+    "ExpHistoryEverySecondCall",
     "ExpKeepsDetachedOutput",
     "ExpSavesOutput",
     "NoisyScaleOwnGenerator",
@@ -196,6 +198,22 @@ class ExpHistoryOnClass(Function):
     def backward(ctx, grad_output):
         (y,) = ctx.saved_tensors
         return grad_output * y
+
+
+class ExpHistoryEverySecondCall(ExpHistoryOnClass):
+    """BUG: the same list, appended to on every second call only: it grows without bound, more slowly."""
+
+    history = []
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ExpHistoryEverySecondCall.calls += 1
+        if ExpHistoryEverySecondCall.calls % 2 == 0:
+            ExpHistoryEverySecondCall.history.append(y.detach())
+        ctx.save_for_backward(y)
+        return y
 
 
 @functools.lru_cache(maxsize=None)

@@ -174,26 +174,9 @@ def test_growth_passes_a_buffer_kept_between_calls_and_updated_in_place(pytester
 def test_growth_fails_a_list_that_keeps_a_tensor_every_second_call(pytester, run_pytest):
     result = run(pytester, run_pytest, """
         import pytest, torch
+        from reference_ops.state import ExpHistoryEverySecondCall
 
-        class ExpKeepsEverySecondOutput(torch.autograd.Function):
-            calls = 0
-            kept = []
-
-            @staticmethod
-            def forward(ctx, x):
-                y = x.exp()
-                ExpKeepsEverySecondOutput.calls += 1
-                if ExpKeepsEverySecondOutput.calls % 2 == 0:
-                    ExpKeepsEverySecondOutput.kept.append(y.clone())     # BUG: grows without bound, more slowly
-                ctx.save_for_backward(y)
-                return y
-
-            @staticmethod
-            def backward(ctx, grad):
-                (y,) = ctx.saved_tensors
-                return grad * y
-
-        @pytest.mark.autograd_op(op=ExpKeepsEverySecondOutput)
+        @pytest.mark.autograd_op(op=ExpHistoryEverySecondCall)
         def test_every_second():
             return [(torch.randn(3, 4),)]
     """)

@@ -8,10 +8,10 @@ with ``fork_rng``, which hides the damage from all other checks, so this
 check looks inside: it runs each sample from two different generator states
 (a seed, and the same seed advanced by one draw; the first run is the
 sample's plain run, shared with the checks that compare the op with itself,
-``_plain_run``) and fails when the states
-after the call are equal, that is, when they no longer depend on the state
-before it. A backward that puts the generator back to where it was before
-forward (the numbers forward drew will be drawn again) fails too.
+``_plain_run``) and fails when the states after the call are equal, that is,
+when they no longer depend on the state before it. A backward that puts the
+generator back to where it was before forward (the numbers forward drew will
+be drawn again) fails too.
 """
 
 import torch
