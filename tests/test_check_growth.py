@@ -42,27 +42,30 @@ def test_growth_fails_an_lru_cache_keyed_by_tensors(pytester, run_pytest):
     result.stdout.fnmatch_lines(["*every call leaves more tensors alive: 2 tensors (about 96 bytes) per call*"])
 
 
+BOUNDED_CACHE = """
+import functools, pytest, torch
+
+@functools.lru_cache(maxsize={maxsize})
+def doubled(x):
+    return x * 2
+
+class ScaleWithBoundedCache(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return doubled(x).clone()     # keyed by the tensor: one entry per call, the last {maxsize} kept
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+"""
+
+
 def test_growth_passes_a_bounded_cache_that_stops_growing(pytester, run_pytest):
-    result = run(pytester, run_pytest, """
-        import functools, pytest, torch
-
-        @functools.lru_cache(maxsize=4)
-        def doubled(x):
-            return x * 2
-
-        class ScaleWithBoundedCache(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return doubled(x).clone()     # keeps the last 4 inputs alive, no more
-
-            @staticmethod
-            def backward(ctx, grad):
-                return grad * 2
-
-        @pytest.mark.autograd_op(op=ScaleWithBoundedCache)
-        def test_bounded():
-            return [(torch.randn(3, 4),)]
-    """)
+    result = run(pytester, run_pytest, BOUNDED_CACHE.format(maxsize=4) + """
+@pytest.mark.autograd_op(op=ScaleWithBoundedCache)
+def test_bounded():
+    return [(torch.randn(3, 4),)]
+""")
     result.assert_outcomes(passed=1)
 
 
@@ -116,30 +119,15 @@ def test_growth_catches_device_memory_kept_per_call_on_cuda_and_passes_a_correct
 
 
 def test_growth_fails_a_cache_larger_than_the_first_half_of_the_calls_fills(pytester, run_pytest):
-    result = run(pytester, run_pytest, """
-        import functools, pytest, torch
+    result = run(pytester, run_pytest, BOUNDED_CACHE.format(maxsize=5) + """
+@pytest.mark.autograd_op(op=ScaleWithBoundedCache)
+def test_five():
+    return [(torch.randn(3, 4),)]
 
-        @functools.lru_cache(maxsize=5)
-        def doubled(x):
-            return x * 2
-
-        class ScaleWithFiveEntryCache(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return doubled(x).clone()     # keyed by the tensor: one entry per call, five kept
-
-            @staticmethod
-            def backward(ctx, grad):
-                return grad * 2
-
-        @pytest.mark.autograd_op(op=ScaleWithFiveEntryCache)
-        def test_five():
-            return [(torch.randn(3, 4),)]
-
-        @pytest.mark.autograd_op(op=ScaleWithFiveEntryCache, growth_calls=10)
-        def test_five_watched_over_ten_calls():
-            return [(torch.randn(3, 4),)]
-    """)
+@pytest.mark.autograd_op(op=ScaleWithBoundedCache, growth_calls=10)
+def test_five_watched_over_ten_calls():
+    return [(torch.randn(3, 4),)]
+""")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*_ test_five[[]growth-cpu[]] _*",
                                  "every call leaves more tensors alive: 0.5 tensors (about 24 bytes) per call over the "
