@@ -220,26 +220,38 @@ def tally(outcomes):
     return {status: sum(o.status == status for o in outcomes) for status in STATUSES}
 
 
-def _plugin_arguments():
-    """Load the plugin by module when it is not installed (no ``pytest11`` entry point)."""
+def plugin_installed():
+    """Whether the plugin is installed (a ``pytest11`` entry point), so every pytest run loads it by itself."""
     from importlib import metadata
 
     try:
         points = metadata.entry_points(group="pytest11")
     except TypeError:  # Python < 3.10
         points = metadata.entry_points().get("pytest11", [])
-    return [] if any(point.value == "pytest_autograd.plugin" for point in points) else ["-p", "pytest_autograd.plugin"]
+    return any(point.value == "pytest_autograd.plugin" for point in points)
+
+
+def pytest_environment():
+    """The checkout first on the path and, where the plugin is not installed, ``PYTEST_PLUGINS`` naming it.
+
+    ``-p pytest_autograd.plugin`` would load it in the outer run only: the tests' own in-process pytest runs
+    (pytester) read the environment, not the outer command line, and would run without the plugin.
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if not plugin_installed():
+        env["PYTEST_PLUGINS"] = ",".join(filter(None, [os.environ.get("PYTEST_PLUGINS"), "pytest_autograd.plugin"]))
+    return env
 
 
 def run_pytest(context, label, arguments, budget, cwd=ROOT):
-    """Run pytest in a subprocess (the checkout first on the path); (returncode, outcomes, output tail)."""
+    """Run pytest in a subprocess with the checkout's plugin; (returncode, outcomes, output tail)."""
     junit = context.workdir / f"{label}.xml"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "pytest", *arguments, "-q", "-p", "no:cacheprovider", *_plugin_arguments(),
+    command = [sys.executable, "-m", "pytest", *arguments, "-q", "-p", "no:cacheprovider",
                f"--junitxml={junit}", "-o", "junit_family=xunit2"]
     timeout = max(10.0, min(budget, context.time_left()))
     try:
-        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, cwd=cwd, env=pytest_environment(), capture_output=True, text=True,
+                              timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"")[-3000:]
         output = output.decode(errors="replace") if isinstance(output, bytes) else output

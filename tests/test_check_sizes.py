@@ -2,6 +2,7 @@
 
 import re
 import textwrap
+import time
 
 import pytest
 import torch
@@ -516,6 +517,37 @@ def test_a_pattern_is_stated_only_when_every_size_judged_fits_it(observed, start
 
     hint = pattern_hint(observed)
     assert (hint is None) if start is None else hint.startswith(start), hint
+
+
+class CompilesAtEachShapeDropsRowsPast1024(torch.autograd.Function):
+    """A GPU kernel compiled at the first call for each shape (as Triton specializes on sizes), whose backward
+    grid covers 1024 rows at most: the rows past it get no gradient."""
+
+    compiled = set()
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.shape not in CompilesAtEachShapeDropsRowsPast1024.compiled:
+            CompilesAtEachShapeDropsRowsPast1024.compiled.add(x.shape)
+            time.sleep(0.6)  # the compile, once per shape: longer than a forward may take when timed warm
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_x = grad * 2
+        grad_x[1024:] = 0
+        return grad_x
+
+
+def test_a_kernel_compiled_at_each_new_shape_on_a_gpu_is_still_judged_at_several_blocks(monkeypatch):
+    from pytest_autograd.checks import _size_judge
+
+    monkeypatch.setattr(_size_judge, "first_call_may_compile", lambda device: True)  # as on a GPU
+    CompilesAtEachShapeDropsRowsPast1024.compiled.clear()
+    outcome = sizes_outcome(CompilesAtEachShapeDropsRowsPast1024, [Sample(torch.randn(4, 3))])
+    assert outcome.status == "failed", outcome.detail
+    assert "made smaller" not in outcome.detail
+    assert "gradient w.r.t. `x` is wrong when dim 0 (size 4 in your sample) is 2051" in outcome.detail
 
 
 def test_a_several_blocks_size_too_slow_to_judge_is_made_smaller_and_noted():

@@ -124,3 +124,12 @@ def test_the_planted_bug_step_never_passes_without_cuda(gpu_report, tmp_path):
     assert result.reason == "the planted CUDA-only bug was not caught: parity skipped"
     assert [row["parity on cuda"] for row in result.figures] == ["skipped", "skipped"]
     assert "CUDA is not available" in result.figures[0]["message"]
+
+
+def test_the_report_names_the_plugin_in_the_environment_when_it_is_not_installed(gpu_report, monkeypatch):
+    """``-p`` would reach the outer pytest only; the tests' in-process pytester runs read PYTEST_PLUGINS."""
+    monkeypatch.delenv("PYTEST_PLUGINS", raising=False)
+    monkeypatch.setattr(gpu_report, "plugin_installed", lambda: False)
+    assert gpu_report.pytest_environment()["PYTEST_PLUGINS"] == "pytest_autograd.plugin"
+    monkeypatch.setattr(gpu_report, "plugin_installed", lambda: True)
+    assert "PYTEST_PLUGINS" not in gpu_report.pytest_environment()

@@ -16,6 +16,13 @@ from pytest_autograd.checks._long_reduction import LONG_ROWS, long_reduction_var
 from pytest_autograd.checks._transforms import DtypeRefusals, refuses_dtype
 from pytest_autograd.engine.case import OpCase, Sample
 from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.engine.triton_interpreter import interpreter_on
+
+# Triton kernels run on CPU tensors in the interpreter (tests/conftest.py sets it without a GPU), compiled on CUDA
+TRITON_DEVICE = "cpu" if interpreter_on() else "cuda"
+needs_a_triton_device = pytest.mark.skipif(
+    TRITON_DEVICE == "cuda" and not torch.cuda.is_available(),
+    reason="Triton kernels need a GPU or TRITON_INTERPRET=1 set before triton is imported")
 
 TORCH_OPS = """
 import pytest, torch
@@ -75,25 +82,28 @@ def test_precision_k_on_the_marker_sets_the_16_bit_factor_too(pytester, run_pyte
     result.assert_outcomes(passed=1)
 
 
+@needs_a_triton_device
 def test_a_bfloat16_only_triton_kernel_passes_every_default_check_noting_the_dtypes_it_refuses(pytester, run_pytest):
-    result = run(pytester, run_pytest, TRITON_OPS, "TritonLayerNormBf16")
+    result = run(pytester, run_pytest, TRITON_OPS, "TritonLayerNormBf16", f"--autograd-devices={TRITON_DEVICE}")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
-        "test_ops.py::test_layer_norm[[]precision-cpu[]]",
+        f"test_ops.py::test_layer_norm[[]precision-{TRITON_DEVICE}[]]",
         "  *test_ops.py:*: AutogradNote: precision: not judged in float32: the op refuses it "
         "(TypeError: layer_norm_bf16: bfloat16 tensors only, got torch.float32)",
-        "test_ops.py::test_layer_norm[[]extreme-cpu[]]",
+        f"test_ops.py::test_layer_norm[[]extreme-{TRITON_DEVICE}[]]",
         "  *test_ops.py:*: AutogradNote: extreme: not judged in float32: the op refuses it "
         "(TypeError: layer_norm_bf16: bfloat16 tensors only, got torch.float32)",
     ])
 
 
+@needs_a_triton_device
 def test_a_triton_backward_with_bfloat16_partial_buffers_fails_precision(pytester, run_pytest):
-    result = run(pytester, run_pytest, TRITON_OPS, "TritonLayerNormBf16Partials", "--autograd-checks=precision")
+    result = run(pytester, run_pytest, TRITON_OPS, "TritonLayerNormBf16Partials", "--autograd-checks=precision",
+                 f"--autograd-devices={TRITON_DEVICE}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "gradient w.r.t. `*` in bfloat16: error *, the reference in bfloat16 *: *x, budget 3x",
-        "  check precision, device cpu, dtype bfloat16, sample 0",
+        f"  check precision, device {TRITON_DEVICE}, dtype bfloat16, sample 0",
         "*on the long-reduction variant of sample 0: the sample's rows repeated * times along dim 0*",
         "  hint: a reduction accumulated in bfloat16*",
     ])

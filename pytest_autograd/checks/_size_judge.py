@@ -52,6 +52,7 @@ RIGHT, WRONG, REFUSED, OUTSIDE, UNRESOLVED = "right", "wrong", "refused", "outsi
 EXHAUSTIVE_ELEMENTS = 8  # the full Jacobian only for variants this small (2 evaluations an element); probes above
 LOW_PRECISION_K = 8.0  # the op may be this many times as far from float64 as the reference, or as itself at the sample
 INVALID_GRADIENT = "returned an invalid gradient"  # autograd refusing a gradient of the wrong shape: the op's bug
+COMPILE_SECONDS = 5.0  # a forward timed on a GPU may take this long at a new shape: its kernels may compile first
 STRATEGY_REFERENCE = "outputs and gradients in float64 against the reference's (same cotangent)"
 
 
@@ -108,27 +109,35 @@ class Judge:
     def forward_seconds(self, variant, limit, enough=0.0):
         """Seconds one forward on ``variant`` takes in this strategy's dtype (the faster of two when quick, the first
         when it takes ``enough`` or less already); None when stopped at ``limit`` (0 when it raises: the judging says
-        so)."""
+        so).
+
+        On a GPU the first call at a new shape may compile kernels for it (Triton specializes on sizes, a
+        torch.compile'd op recompiles): that call may take up to ``COMPILE_SECONDS``, and when it took over
+        ``limit`` a second call, stopped at ``limit``, says what a forward costs.
+        """
         from pytest_autograd.engine.budget import call_with_limit
 
         def forward():
-            best = math.inf
-            for _ in range(2):  # the faster of two: the first call at a new shape may pay for allocations
-                start = time.perf_counter()
-                try:
-                    self.context.run_op(self.context.prepare(variant, dtype=self.dtype))
-                except (OpRaised, UsageProblem):
-                    return 0.0
-                if self.context.device.startswith("cuda"):
-                    torch.cuda.synchronize(self.context.device)  # kernels run asynchronously: wait for them
-                best = min(best, time.perf_counter() - start)
-                if best > limit / 2 or best <= enough:
-                    break
-            return best
+            start = time.perf_counter()
+            try:
+                self.context.run_op(self.context.prepare(variant, dtype=self.dtype))
+            except (OpRaised, UsageProblem):
+                return 0.0
+            if self.context.device.startswith("cuda"):
+                torch.cuda.synchronize(self.context.device)  # kernels run asynchronously: wait for them
+            return max(time.perf_counter() - start, 1e-9)
 
-        finished = call_with_limit(limit, forward)
-        self.context.dtype = self.dtype
-        return None if finished.expired is not None else finished.value
+        try:
+            first_limit = max(limit, COMPILE_SECONDS) if first_call_may_compile(self.context.device) else limit
+            first = call_with_limit(first_limit, forward)
+            if first.expired is not None:
+                return None
+            if first.value == 0.0 or first.value <= enough or (first.value > limit / 2 and first_limit == limit):
+                return first.value
+            again = call_with_limit(limit, forward)  # the first call at a shape may pay for allocations or a compile
+            return None if again.expired is not None else min(first.value, again.value)
+        finally:
+            self.context.dtype = self.dtype
 
     def at(self, variant, size_ratio=1.0):
         """The Verdict of the op on ``variant`` (a Sample), whose changed size is ``size_ratio`` x the sample's."""
@@ -335,6 +344,12 @@ class Judge:
         except ReferenceRaised:
             ref_low = None
         return op_low, truth, ref_low
+
+
+def first_call_may_compile(device):
+    """Whether an op's first call at a new shape on ``device`` may compile kernels for it: GPU kernels are often
+    compiled at first use for the sizes they see (Triton, torch.compile, NVRTC); CPU kernels rarely are."""
+    return not str(device).startswith("cpu")
 
 
 def refusal(raised):
