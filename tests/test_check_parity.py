@@ -93,6 +93,31 @@ def sort_with_shifted_indices_on_device(x):
 def linear_samples():
     return [(torch.randn(4, 3), torch.randn(5, 3), torch.randn(5))]
 
+def linear_kernel_for_the_device_only(input, weight, bias):
+    if not on_device(input):
+        raise RuntimeError("linear_kernel: CUDA tensors only")
+    return LinearFunction.apply(input, weight, bias)
+
+def linear_kernel_raising_everywhere(input, weight, bias):
+    raise RuntimeError("linear_kernel: no kernel for this input")
+
+def linear_kernel_for_matrices_only_on_cpu(input, weight, bias):
+    if input.shape[0] == 1 and not on_device(input):
+        raise RuntimeError("linear_kernel: no CPU kernel for a single row")
+    return LinearFunction.apply(input, weight, bias)
+
+@pytest.mark.autograd_op(op=linear_kernel_for_the_device_only)
+def test_device_only_kernel():
+    return linear_samples()
+
+@pytest.mark.autograd_op(op=linear_kernel_raising_everywhere)
+def test_kernel_raising_everywhere():
+    return linear_samples()
+
+@pytest.mark.autograd_op(op=linear_kernel_for_matrices_only_on_cpu)
+def test_kernel_refusing_one_row_on_cpu():
+    return linear_samples() + [(torch.randn(1, 3), torch.randn(5, 3), torch.randn(5))]
+
 @pytest.mark.autograd_op(op=LinearFunction)
 def test_correct_linear():
     return linear_samples()
@@ -167,6 +192,33 @@ def test_integer_outputs_must_match_exactly(pytester, run_pytest):
         "  worst element: output 1[[]*]: expected *, got *",
         "  compared exactly (integer/bool values); 15 of 15 elements differ",
     ], consecutive=True)
+
+
+def test_an_op_that_does_not_run_on_cpu_is_skipped_by_parity_saying_why(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "device_only_kernel", "--autograd-devices=cuda")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "SKIPPED [[]1[]] test_ops.py:*: the op does not run on cpu (sample 0: RuntimeError: linear_kernel: CUDA "
+        "tensors only): parity has no CPU run to compare the cuda run with; the other checks judge the op on cuda",
+    ])
+
+
+def test_an_op_that_raises_on_the_device_too_fails_parity_there(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "raising_everywhere", "--autograd-devices=cuda")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "the op's forward raised RuntimeError: linear_kernel: no kernel for this input",
+        "  check parity, device cuda, sample 0",
+    ], consecutive=True)
+
+
+def test_samples_the_op_refuses_on_cpu_are_noted_and_the_others_compared(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "refusing_one_row", "--autograd-devices=cuda")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*AutogradNote: parity: samples not compared, the op does not run on cpu there (sample 1: RuntimeError: "
+        "linear_kernel: no CPU kernel for a single row)",
+    ])
 
 
 def test_the_rerun_command_selects_the_fake_device_item(pytester, run_pytest):

@@ -1,12 +1,15 @@
 """parity: each non-CPU device agrees with CPU, the ground truth.
 
 Forward outputs and every input gradient, under one shared random
-cotangent, with dtype-aware tolerances; integer outputs exactly.
+cotangent, with dtype-aware tolerances; integer outputs exactly. An op that
+does not run on CPU (a Triton or CUDA-only kernel) has nothing to compare
+with: skipped, saying why, once its run on the device has gone through.
 """
 
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.devices import devices_option
+from pytest_autograd.engine.outcomes import OpRaised, skip
 
 
 class Parity(Check):
@@ -21,17 +24,45 @@ class Parity(Check):
         return None
 
     def run(self, context):
+        refused = {}
         for index, sample in context.samples():
             cpu = context.prepare(sample, device="cpu")
             on_device = context.prepare(sample)
+            try:
+                cpu_run = context.run_op(cpu)
+            except OpRaised as raised:
+                context.run_op(on_device)  # an op that raises on the device too fails there, not skipped
+                refused[index] = _first_line(raised)
+                continue
             compare_runs(
                 context,
-                (cpu, context.run_op(cpu)),
+                (cpu, cpu_run),
                 (on_device, context.run_op(on_device)),
                 expected_label="cpu",
                 got_label=context.device,
                 roles=("op", "op"),
             )
+        if refused:
+            context.sample_index = None
+            why = _by_reason(refused)
+            if len(refused) == len(context.case.samples):
+                skip(f"the op does not run on cpu ({why}): parity has no CPU run to compare the {context.device} "
+                     f"run with; the other checks judge the op on {context.device}")
+            context.note(f"parity: samples not compared, the op does not run on cpu there ({why})")
+
+
+def _by_reason(refused):
+    """``sample 0: reason; samples 1, 2: other reason`` from {index: reason}."""
+    grouped = {}
+    for index, reason in refused.items():
+        grouped.setdefault(reason, []).append(str(index))
+    return "; ".join(f"sample{'s' if len(indices) > 1 else ''} {', '.join(indices)}: {reason}"
+                     for reason, indices in grouped.items())
+
+
+def _first_line(raised, limit=160):
+    text = f"{type(raised.error).__name__}: {raised.error}".splitlines()[0]
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _requested_devices(case):
