@@ -255,9 +255,22 @@ def run_pytest(context, label, arguments, budget, cwd=ROOT):
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"")[-3000:]
         output = output.decode(errors="replace") if isinstance(output, bytes) else output
-        return None, [], f"stopped after {timeout:.0f} s\n{output}"
+        why = REPORT_BUDGET_SPENT if timeout < budget else "its step's budget"
+        return None, [], f"stopped after {timeout:.0f} s, at {why}\n{output}"
     outcomes = read_junit(junit) if junit.exists() else []
     return done.returncode, outcomes, (done.stdout + done.stderr)[-4000:]
+
+
+REPORT_BUDGET_SPENT = "the report's time budget (raise --budget)"
+
+
+def no_results(output):
+    """The step's result when its pytest run gave no outcomes: skipped when the report's budget stopped it (not
+    a verdict on the code), else failed."""
+    first = output.splitlines()[0] if output else "pytest produced no results"
+    if REPORT_BUDGET_SPENT in first:
+        return skipped(first, details=output)
+    return failed(first if first.startswith("stopped after") else "pytest produced no results", details=output)
 
 
 def _summary(outcomes):
@@ -299,7 +312,7 @@ def step_extension_build(context):
 def step_extension_tests(context):
     code, outcomes, output = run_pytest(context, "extension", ["tests/test_extension.py"], budget=240)
     if not outcomes:
-        return failed("pytest produced no results", details=output)
+        return no_results(output)
     cuda = [o for o in outcomes if "cuda" in o.name.lower()]
     figures = [{"tests": "all", **tally(outcomes)}, {"tests": "CUDA only", **tally(cuda)}]
     if any(o.status == "failed" for o in outcomes):
@@ -314,7 +327,7 @@ def step_battery(context):
                                         budget=300)
     context.shared["battery"] = outcomes
     if not outcomes:
-        return failed("pytest produced no results", details=output)
+        return no_results(output)
     figures = []
     for check in sorted({o.check_and_device[0] for o in outcomes} - {None}):
         row = {"check": check}
@@ -415,7 +428,7 @@ def step_precision_low(context):
     code, outcomes, output = run_pytest(context, "precision", ["test_precision_low.py", "--autograd-devices=cuda"],
                                         budget=180, cwd=folder)
     if not outcomes:
-        return failed("pytest produced no results", details=output)
+        return no_results(output)
     figures = [{"op": o.name.split("::")[-1].split("[")[0], "float16 + bfloat16": o.status, "note": o.message[:160]}
                for o in outcomes]
     if any(o.status == "failed" for o in outcomes):
@@ -518,7 +531,7 @@ def step_triton_native(context):
     native = triton_items()[0]
     code, outcomes, output = run_pytest(context, "triton-native", native.argv, budget=240)
     if not outcomes:
-        return failed("pytest produced no results", details=output)
+        return no_results(output)
     figures = [{"tests": "Triton, native on CUDA", **tally(outcomes)}]
     if any(o.status == "failed" for o in outcomes):
         return failed(f"{_failed_names(outcomes)} failed", figures, output)

@@ -133,3 +133,12 @@ def test_the_report_names_the_plugin_in_the_environment_when_it_is_not_installed
     assert gpu_report.pytest_environment()["PYTEST_PLUGINS"] == "pytest_autograd.plugin"
     monkeypatch.setattr(gpu_report, "plugin_installed", lambda: True)
     assert "PYTEST_PLUGINS" not in gpu_report.pytest_environment()
+
+
+def test_a_step_stopped_by_the_reports_budget_is_skipped_and_one_stopped_by_its_own_is_failed(gpu_report):
+    spent = gpu_report.no_results(f"stopped after 43 s, at {gpu_report.REPORT_BUDGET_SPENT}\n.s..")
+    assert (spent.status, spent.reason) == ("skipped", "stopped after 43 s, at the report's time budget (raise "
+                                                       "--budget)")
+    hung = gpu_report.no_results("stopped after 240 s, at its step's budget\n.s..")
+    assert (hung.status, hung.reason) == ("failed", "stopped after 240 s, at its step's budget")
+    assert gpu_report.no_results("collection error").status == "failed"

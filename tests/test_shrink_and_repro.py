@@ -193,7 +193,9 @@ def test_the_repro_script_of_a_correct_op_exits_0(tmp_path):
     # The script of a failure, run against the fixed op, says so: swap the op in the written script.
     from reference_ops.buggy import CubeWrongAtOneElement
 
-    outcomes = run_checks(CubeWrongAtOneElement, torch.randn(3, 4), checks=["gradcheck"], repro=tmp_path)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    x[-1, -1] = 1.5  # the wrong element's gradient is off by 3 x**2: a random x near 0 would hide it
+    outcomes = run_checks(CubeWrongAtOneElement, x, checks=["gradcheck"], repro=tmp_path)
     script = tmp_path / "CubeWrongAtOneElement-gradcheck-cpu.py"
     assert outcomes[0].status == "failed" and f"repro: python {script}" in outcomes[0].detail
     assert run_script(script, tmp_path).returncode == 1
