@@ -93,6 +93,25 @@ def sort_with_shifted_indices_on_device(x):
 def linear_samples():
     return [(torch.randn(4, 3), torch.randn(5, 3), torch.randn(5))]
 
+def tf32_enabled():
+    matmul = torch.backends.cuda.matmul
+    return matmul.fp32_precision == "tf32" if hasattr(matmul, "fp32_precision") else matmul.allow_tf32
+
+def tf32(x):
+    # x rounded to TF32's 10-bit mantissa, as a GPU's matmul units read float32 (the gradient passes straight)
+    rounded = (x.detach().view(torch.int32) & ~0x1FFF).view(torch.float32)
+    return x + (rounded - x).detach()
+
+def linear_in_tf32_where_enabled(input, weight, bias):
+    # a matmul as a GPU runs it: in TF32 when torch's switch allows it
+    if on_device(input) and tf32_enabled():
+        input, weight = tf32(input), tf32(weight)
+    return LinearFunction.apply(input, weight, bias)
+
+@pytest.mark.autograd_op(op=linear_in_tf32_where_enabled)
+def test_linear_in_tf32():
+    return linear_samples()
+
 def linear_kernel_for_the_device_only(input, weight, bias):
     if not on_device(input):
         raise RuntimeError("linear_kernel: CUDA tensors only")
@@ -219,6 +238,31 @@ def test_samples_the_op_refuses_on_cpu_are_noted_and_the_others_compared(pyteste
         "*AutogradNote: parity: samples not compared, the op does not run on cpu there (sample 1: RuntimeError: "
         "linear_kernel: no CPU kernel for a single row)",
     ])
+
+
+@pytest.fixture
+def tf32_switched_on():
+    """As ``torch.set_float32_matmul_precision("high")`` in a project's conftest; restored after the test."""
+    matmul = torch.backends.cuda.matmul
+    name, on = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
+    before = getattr(matmul, name)
+    setattr(matmul, name, on)
+    yield
+    setattr(matmul, name, before)
+
+
+def test_with_tf32_switched_on_parity_compares_the_device_in_full_float32(pytester, run_pytest, tf32_switched_on):
+    result = run_parity(pytester, run_pytest, "-k", "linear_in_tf32", "--autograd-devices=cuda")
+    result.assert_outcomes(passed=1)
+    matmul = torch.backends.cuda.matmul
+    assert matmul.fp32_precision == "tf32" if hasattr(matmul, "fp32_precision") else matmul.allow_tf32, \
+        "the project's switch is restored after the check"
+
+
+def test_with_tf32_switched_on_a_device_only_bug_still_fails(pytester, run_pytest, tf32_switched_on):
+    result = run_parity(pytester, run_pytest, "-k", "gradient_bug", "--autograd-devices=cuda")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["gradient w.r.t. `input` from cuda differs from cpu"])
 
 
 def test_the_rerun_command_selects_the_fake_device_item(pytester, run_pytest):

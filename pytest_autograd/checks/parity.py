@@ -1,7 +1,8 @@
 """parity: each non-CPU device agrees with CPU, the ground truth.
 
 Forward outputs and every input gradient, under one shared random
-cotangent, with dtype-aware tolerances; integer outputs exactly. An op that
+cotangent, with dtype-aware tolerances; integer outputs exactly. The device
+runs in full float32 (TF32 off, see ``engine.float32_math``). An op that
 does not run on CPU (a Triton or CUDA-only kernel) has nothing to compare
 with: skipped, saying why, once its run on the device has gone through.
 """
@@ -9,6 +10,7 @@ with: skipped, saying why, once its run on the device has gone through.
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.devices import devices_option
+from pytest_autograd.engine.float32_math import full_float32
 from pytest_autograd.engine.outcomes import OpRaised, skip
 
 
@@ -26,22 +28,10 @@ class Parity(Check):
     def run(self, context):
         refused = {}
         for index, sample in context.samples():
-            cpu = context.prepare(sample, device="cpu")
-            on_device = context.prepare(sample)
-            try:
-                cpu_run = context.run_op(cpu)
-            except OpRaised as raised:
-                context.run_op(on_device)  # an op that raises on the device too fails there, not skipped
-                refused[index] = _first_line(raised)
-                continue
-            compare_runs(
-                context,
-                (cpu, cpu_run),
-                (on_device, context.run_op(on_device)),
-                expected_label="cpu",
-                got_label=context.device,
-                roles=("op", "op"),
-            )
+            with full_float32():
+                refusal = _compare_on_devices(context, sample)
+            if refusal is not None:
+                refused[index] = refusal
         if refused:
             context.sample_index = None
             why = _by_reason(refused)
@@ -49,6 +39,20 @@ class Parity(Check):
                 skip(f"the op does not run on cpu ({why}): parity has no CPU run to compare the {context.device} "
                      f"run with; the other checks judge the op on {context.device}")
             context.note(f"parity: samples not compared, the op does not run on cpu there ({why})")
+
+
+def _compare_on_devices(context, sample):
+    """Fails when the device's run differs from the CPU's; the reason when the op does not run on CPU, else None."""
+    cpu = context.prepare(sample, device="cpu")
+    on_device = context.prepare(sample)
+    try:
+        cpu_run = context.run_op(cpu)
+    except OpRaised as raised:
+        context.run_op(on_device)  # an op that raises on the device too fails there, not skipped
+        return _first_line(raised)
+    compare_runs(context, (cpu, cpu_run), (on_device, context.run_op(on_device)), expected_label="cpu",
+                 got_label=context.device, roles=("op", "op"))
+    return None
 
 
 def _by_reason(refused):
