@@ -22,7 +22,7 @@ from pytest_autograd.engine.execution import (
     floating_dtype,
     prepare,
 )
-from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.engine.outcomes import UsageProblem, raised_by_op
 from pytest_autograd.results.compare import dtype_label
 from pytest_autograd.results.naming import display_name
 
@@ -146,12 +146,12 @@ class _Runner:
             outputs = self._outputs(call(*args, **kwargs))
         except RuntimeError as error:
             if "in-place" not in str(error) and "inplace" not in str(error):
-                raise OpRaised("forward", error) from error
+                raise raised_by_op("forward", error) from error
             self.clone = True
             self.notes.append("includes cloning the inputs (the op writes to them in place)")
             outputs = self._forward()
         except Exception as error:
-            raise OpRaised("forward", error) from error
+            raise raised_by_op("forward", error) from error
         self.args, self.kwargs = args, kwargs
         self.differentiable = [k for k, out in enumerate(outputs)
                                if out.requires_grad and out.is_floating_point()]
@@ -171,7 +171,7 @@ class _Runner:
         try:
             return flatten_outputs(self.call(*args, **kwargs))
         except Exception as error:
-            raise OpRaised("forward", error) from error
+            raise raised_by_op("forward", error) from error
 
     def forward(self):
         if self.clone:
@@ -212,7 +212,7 @@ class _Runner:
             replay()
         except Exception as error:
             if "backward through the graph a second time" not in str(error) and "retain" not in str(error):
-                raise OpRaised("backward", error) from error
+                raise raised_by_op("backward", error) from error
             self.notes.append("backward timed after a fresh forward per call (its graph cannot be replayed)")
             return _guarded("backward", measure, lambda outs: self._grad(outs, False), device, config,
                             setup=self._forward)
@@ -226,7 +226,7 @@ def _guarded(phase, fn, *args, **kwargs):
     except (OpRaised, UsageProblem):
         raise
     except Exception as error:
-        raise OpRaised(phase, error) from error
+        raise raised_by_op(phase, error) from error
 
 
 def _device_of(prepared):

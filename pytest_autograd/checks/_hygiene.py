@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_autograd.engine.execution import OpRaised, flatten_outputs, grads_of, random_cotangents
+from pytest_autograd.engine.execution import flatten_outputs, grads_of, random_cotangents
+from pytest_autograd.engine.outcomes import raised_by_op
 from pytest_autograd.results.compare import unravel
 
 
@@ -32,7 +33,7 @@ def call_with(case, args, kwargs, fn=None):
     try:
         result = (fn or case.call)(*args, **kwargs)
     except Exception as error:  # reported as the op's own failure
-        raise OpRaised("forward", error) from error
+        raise raised_by_op("forward", error) from error
     return Call(args, kwargs, result, flatten_outputs(result))
 
 

@@ -23,6 +23,7 @@ import torch
 from pytest_autograd.checks._measured_differences import find_low_precision_error
 from pytest_autograd.engine.draws import normal
 from pytest_autograd.engine.execution import OpRaised, differentiable_indices
+from pytest_autograd.engine.outcomes import raised_by_op
 from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
 
 # ---------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def _second_order_against_reference(context, sample, dtype):
             firsts = torch.autograd.grad([outputs[k] for k in diff], prepared.leaves, cotangents,
                                          create_graph=True, allow_unused=True)
         except Exception as error:
-            raise OpRaised("backward", error) from error
+            raise raised_by_op("backward", error) from error
         firsts = [torch.zeros_like(x) if g is None else g for x, g in zip(prepared.leaves, firsts)]
         if "w" not in draws:
             draws["w"] = [normal(tuple(g.shape), context.generator)
@@ -248,7 +249,7 @@ def _second_order_against_reference(context, sample, dtype):
             try:
                 seconds = torch.autograd.grad([g for g, _ in pairs], wrt, [w for _, w in pairs], allow_unused=True)
             except Exception as error:
-                raise OpRaised("backward", error) from error
+                raise raised_by_op("backward", error) from error
         else:
             seconds = [None] * len(wrt)
         seconds = [torch.zeros_like(x) if s is None else s.detach() for x, s in zip(wrt, seconds)]

@@ -49,7 +49,7 @@ from pytest_autograd.engine.execution import (
     output_label,
     random_cotangents,
 )
-from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.engine.outcomes import raised_by_op, skip
 
 NOT_DIFFERENTIABLE_HINT = (
     "backward is not differentiable w.r.t. `{name}`: it likely uses detached tensors (.detach(), .data, "
@@ -258,7 +258,7 @@ def _make_backward(context, prepared, differentiable, on_grads=None, around_forw
             grads = torch.autograd.grad([o for o, _ in pairs], inputs, [c for _, c in pairs],
                                         create_graph=create_graph, allow_unused=True)
         except Exception as error:
-            raise OpRaised("backward", error) from error
+            raise raised_by_op("backward", error) from error
         if create_graph and on_grads is not None:
             on_grads(grads)
         return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]

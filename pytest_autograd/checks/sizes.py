@@ -18,6 +18,7 @@ On a large sample the other sizes are cut while one size is varied (see
 """
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,7 @@ from pytest_autograd.checks._size_variants import (
 from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.budget import call_with_limit
+from pytest_autograd.engine.device_faults import DeviceFault
 from pytest_autograd.engine.execution import has_floating_input
 from pytest_autograd.engine.outcomes import skip
 from pytest_autograd.results.compare import dtype_label, fmt
@@ -144,7 +146,8 @@ class _Run:
         context.sample_index = task.index
         sample = context.case.samples[task.index]
         judge = self._judge_for(task.index, sample)
-        task = self._affordable(task, sample, judge)
+        with _naming_the_size_of_a_fault(task):
+            task = self._affordable(task, sample, judge)
         if task is None:
             return None
         shaped = self.shaped(task.index, task.axis, task.size)
@@ -155,7 +158,8 @@ class _Run:
             limit = min(limit, max(VARIANT_SECONDS, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1])))
         limit = max(0.1, limit)
         start = time.perf_counter()
-        finished = call_with_limit(limit, lambda: judge.at(shaped, size_ratio(task.axis.size, task.size)))
+        with _naming_the_size_of_a_fault(task):
+            finished = call_with_limit(limit, lambda: judge.at(shaped, size_ratio(task.axis.size, task.size)))
         context.sample_index = task.index
         if finished.expired is not None:
             self.stopped[key] = task.size
@@ -323,6 +327,17 @@ def _blind_in_float64(context, index):
     from pytest_autograd.checks._float32_blind import float32_instead
 
     return float32_instead(context, context.case.samples[index]) is not None  # None for a sample given in float64
+
+
+@contextmanager
+def _naming_the_size_of_a_fault(task):
+    """A GPU fault while judging ``task`` says at which size it came (a kernel writing past its last block)."""
+    try:
+        yield
+    except DeviceFault as fault:
+        fault.situation = f"when {task.axis.tensor_places[0].describe()} (size {task.axis.size} in your sample) is " \
+                          f"{task.size}"
+        raise
 
 
 def _report(context, run, task, verdict):

@@ -21,6 +21,7 @@ from pytest_autograd.engine.execution import (
     output_label,
     random_cotangents,
 )
+from pytest_autograd.engine.outcomes import raised_by_op
 
 BATCH = 3
 SETUP_CONTEXT_HINT = ("torch.func transforms need the setup_context style: forward(*inputs) without ctx, plus "
@@ -109,7 +110,7 @@ def _call(case, args, kwargs):
     try:
         return flatten_outputs(case.call(*args, **kwargs))
     except Exception as error:
-        raise OpRaised("forward", error) from error
+        raise raised_by_op("forward", error) from error
 
 
 def _dims_text(sample, in_dims):

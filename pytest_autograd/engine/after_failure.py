@@ -6,6 +6,7 @@ sample's shapes and worst element (``Report.shrunk``) and the script's path
 (``Report.repro``).
 """
 
+from pytest_autograd.engine.device_faults import fault_on
 from pytest_autograd.engine.repro import write_repro
 from pytest_autograd.engine.shrink import shrink
 
@@ -15,6 +16,8 @@ def follow_up(check, context, failure, name):
     item's name for the script's file (e.g. ``test_ops.py-test_linear-gradcheck-cpu``)."""
     report = failure.report
     options = context.case.run_options
+    if fault_on(context.device) is not None:  # the device runs nothing more in this process: nothing to shrink on
+        return
     try:
         shrunk = shrink(check, context, failure, options.shrink_seconds) if options is not None else None
     except Exception as error:  # noqa: BLE001 - shrinking must never hide the failure: the original sample stands

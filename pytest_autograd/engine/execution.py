@@ -16,7 +16,7 @@ from pytest_autograd.engine.complex_views import (
     real_view_leaf,
 )
 from pytest_autograd.engine.draws import normal_like, repeating_normal_like
-from pytest_autograd.engine.outcomes import OpRaised, UsageProblem
+from pytest_autograd.engine.outcomes import OpRaised, UsageProblem, raised_by_op  # OpRaised: re-exported
 from pytest_autograd.results.report import CheckFailure, Report
 
 
@@ -200,7 +200,7 @@ def run_op(case, prepared, leaves=None, fn=None, clone_leaves=True):
     try:
         result = (fn or case.call)(*args, **kwargs)
     except Exception as error:  # reported as the op's own failure
-        raise OpRaised("forward", error) from error
+        raise raised_by_op("forward", error) from error
     outputs = flatten_outputs(result)
     if not outputs:
         raise UsageProblem(
@@ -221,7 +221,7 @@ def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None)
         grads = autograd_grad([o for o, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True,
                               create_graph=create_graph, retain_graph=retain_graph)
     except Exception as error:
-        raise OpRaised("backward", error) from error
+        raise raised_by_op("backward", error) from error
     return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
 
 

@@ -4,6 +4,8 @@ the adapter turns them into pytest's outcomes."""
 
 import traceback
 
+from pytest_autograd.engine.device_faults import DeviceFault, is_device_fault
+
 
 class UsageProblem(Exception):
     """A mistake in how the plugin was used: reported without a traceback."""
@@ -48,3 +50,9 @@ class OpRaised(Exception):
             return None
         frame = user[-1]
         return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def raised_by_op(phase, error):
+    """The exception for an error the op raised in ``phase``: :class:`~pytest_autograd.engine.device_faults.
+    DeviceFault` for a GPU fault (never taken for a refusal), else :class:`OpRaised`."""
+    return DeviceFault(phase, error) if is_device_fault(error) else OpRaised(phase, error)

@@ -2,6 +2,7 @@
 
 import torch
 
+from pytest_autograd.engine import device_faults
 from pytest_autograd.engine.budget import call_with_limit, time_budget_failure
 from pytest_autograd.engine.devices import cuda_devices
 from pytest_autograd.engine.execution import op_failure
@@ -9,7 +10,7 @@ from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
 from pytest_autograd.engine.seeding import seed_torch
 from pytest_autograd.engine.triton_interpreter import interpreter_refusal, watching_interpreted_dtypes
 from pytest_autograd.engine.torch_noise import quiet_torch_machinery
-from pytest_autograd.results.report import CheckFailure
+from pytest_autograd.results.report import CheckFailure, Report
 
 
 def run_check(check, context, reseed=False):
@@ -21,8 +22,11 @@ def run_check(check, context, reseed=False):
     seeded it before calling the test body). A check that cannot judge the op
     raises :class:`~pytest_autograd.engine.outcomes.CheckSkipped` through. A
     check that failed in float64 on an op computing in float32 runs again,
-    judging it in float32.
+    judging it in float32. A GPU fault (``device_faults``) fails the item and every later one on that device.
     """
+    earlier = device_faults.fault_on(context.device)
+    if earlier is not None:
+        return _not_run_after_fault(check, context, earlier)
     failure = _run_once(check, context, reseed)
     for _ in context.case.samples:  # each sample found to need float32 once, at most
         if failure is None or not _judged_in_float32_instead(context, failure):
@@ -60,6 +64,12 @@ def _run_once(check, context, reseed):
         if refusal:  # sane numbers: a kernel computing in float32 and storing bfloat16 is judged as it is
             raised.report.details.append(f"note: {refusal}")
         return raised
+    except device_faults.DeviceFault as fault:
+        return _fault_failure(check, context, fault.phase, fault.error, fault.situation)
+    except RuntimeError as error:  # raised by the check's own code: a kernel's fault reported late, at a later call
+        if not device_faults.is_device_fault(error):
+            raise
+        return _fault_failure(check, context, "a kernel it launched", error)
     except OpRaised as raised:
         refusal = interpreter_refusal(raised.error)
         if refusal:
@@ -70,6 +80,29 @@ def _run_once(check, context, reseed):
     return None
 
 
+
+
+def _fault_failure(check, context, phase, error, situation=None):
+    from pytest_autograd.engine.case import op_display_name
+
+    device_faults.remember(context.device, f"`{op_display_name(context.case.op)}` faulted it in check {check.name}",
+                           error)
+    return CheckFailure(Report(
+        check=check.name, device=context.device, sample=context.sample_index, seed=context.seed,
+        summary=f"the op's {phase} faulted on {context.device}{' ' + situation if situation else ''}: "
+                f"{device_faults.first_line(error)}",
+        details=[f"{context.device} cannot run anything more in this process after such a fault: its later items "
+                 "fail, naming this one"],
+        hint=device_faults.LATE_REPORT_HINT))
+
+
+def _not_run_after_fault(check, context, earlier):
+    return CheckFailure(Report(
+        check=check.name, device=context.device, sample=None,
+        summary=f"not run: {context.device} has been unusable in this process since {earlier}",
+        details=["a GPU fault (an illegal memory access, a device-side assert) leaves the device's context broken "
+                 "until the process ends"],
+        hint="fix the op that faulted first, or run this item alone to judge it: its own verdict is unknown"))
 
 
 GARBAGE_FACTOR = 1e6  # computed values this many times larger than the expected ones are no kernel's arithmetic

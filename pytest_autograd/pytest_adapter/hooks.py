@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from pytest_autograd.engine import triton_interpreter
+from pytest_autograd.engine import device_faults, triton_interpreter
 from pytest_autograd.engine.case import CORE_OPTIONS, op_display_name
 from pytest_autograd.engine.check_scope import refuse_checks_out_of_scope
 from pytest_autograd.engine.devices import devices_option
@@ -77,6 +77,7 @@ def pytest_configure(config):
     )
     settings = Settings.from_config(config)
     settings.validate_devices_exist()
+    device_faults.forget_all()  # a session starts with no faulted device (pytester runs several in one process)
     timeout.configure(config)
     shrinking.configure(config)
     registry = CheckRegistry()

@@ -1,0 +1,95 @@
+"""A GPU kernel that faults (an illegal memory access, a device-side assert) fails where it faults and is never
+taken for the op refusing an input; the device's later items fail naming that first fault.
+
+Proven on a machine without a GPU with parity's fake ``cuda`` device (``tests/test_check_parity.py``): the op
+raises CUDA's message on it, and from then on every op call there raises it again, as a faulted CUDA context does.
+"""
+
+import pytest
+import torch
+
+from pytest_autograd.engine.device_faults import DeviceFault, is_device_fault, forget_all
+from pytest_autograd.engine.outcomes import OpRaised, raised_by_op
+from test_check_parity import FAKE_CUDA
+
+ILLEGAL_ACCESS = ("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously "
+                  "reported at some other API call, so the stacktrace below might be incorrect.")
+
+OPS = f"""
+import pytest
+import torch
+from conftest import FakeCudaTensor
+from reference_ops import Cube
+
+FAULTED = []
+
+def cube_faulting_in_float64_on_the_device(x):
+    if isinstance(x, FakeCudaTensor) and (FAULTED or x.dtype == torch.float64):
+        FAULTED.append(True)  # from now on every call on the device fails, as after a real fault
+        raise RuntimeError({ILLEGAL_ACCESS!r})
+    return Cube.apply(x)
+
+@pytest.mark.autograd_op(op=cube_faulting_in_float64_on_the_device)
+def test_faulty():
+    return [(torch.randn(3, 4),)]
+
+@pytest.mark.autograd_op(op=cube_faulting_in_float64_on_the_device)
+def test_correct_but_after_the_fault():
+    return [(torch.randn(5),)]
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_faulted_device():
+    forget_all()
+    yield
+    forget_all()
+
+
+def test_cudas_sticky_errors_are_faults_and_other_errors_are_not():
+    assert is_device_fault(RuntimeError(ILLEGAL_ACCESS))
+    assert is_device_fault(RuntimeError("CUDA error: device-side assert triggered"))
+    assert is_device_fault(RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"))
+    assert not is_device_fault(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_device_fault(ValueError("illegal memory access"))  # not an error torch or Triton raise
+    assert isinstance(raised_by_op("forward", RuntimeError(ILLEGAL_ACCESS)), DeviceFault)
+    assert not isinstance(raised_by_op("forward", RuntimeError(ILLEGAL_ACCESS)), OpRaised), \
+        "a fault must not be caught as the op refusing an input"
+    assert isinstance(raised_by_op("forward", RuntimeError("float64 is not supported")), OpRaised)
+
+
+def test_a_fault_fails_where_it_happens_and_the_devices_later_items_name_it(pytester, run_pytest):
+    pytester.makeconftest(FAKE_CUDA)
+    pytester.makepyfile(test_ops=OPS)
+    result = run_pytest("--autograd-checks=gradcheck", "--autograd-devices=cpu,cuda", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines([
+        "*_ test_faulty[[]gradcheck-cuda[]] _*",
+        "the op's forward faulted on cuda: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "  check gradcheck, device cuda, sample 0",
+        "  cuda cannot run anything more in this process after such a fault: its later items fail, naming this one",
+        "  hint: the GPU reports a faulting kernel late, at a later call: rerun this item alone with "
+        "CUDA_LAUNCH_BLOCKING=1*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*_ test_correct_but_after_the_fault[[]gradcheck-cuda[]] _*",
+        "not run: cuda has been unusable in this process since `cube_faulting_in_float64_on_the_device` faulted it "
+        "in check gradcheck (RuntimeError: CUDA error: an illegal memory access was encountered)",
+    ])
+    result.stdout.no_fnmatch_line("*raises on float64*")  # the fault was not taken for a float64 refusal
+
+
+def test_a_kernel_faulting_at_a_size_the_samples_do_not_have_fails_sizes_naming_the_size():
+    # A size the op raises at is noted as outside its contract; a fault there is the kernel's bug, not a refusal.
+    from pytest_autograd import run_checks
+    from reference_ops import Cube
+
+    def cube_writing_past_its_last_block(x):
+        if x.shape[0] > 1000:
+            raise RuntimeError(ILLEGAL_ACCESS)
+        return Cube.apply(x)
+
+    (outcome,) = run_checks(cube_writing_past_its_last_block, torch.randn(4, 3), checks=["sizes"])
+    assert outcome.status == "failed", outcome.detail
+    assert outcome.detail.startswith("the op's forward faulted on cpu when dim 0 of `x` (size 4 in your sample) is "
+                                     "2051: RuntimeError: CUDA error: an illegal memory access was encountered")
