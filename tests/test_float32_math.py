@@ -35,3 +35,31 @@ def test_a_project_that_turned_tf32_on_has_it_on_again_after():
         assert torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def test_checks_judge_in_full_float32_and_bench_times_the_projects_math_mode():
+    from pytest_autograd import run_checks
+    from pytest_autograd.checks.bench import check as bench
+    from pytest_autograd.engine.running import _math_mode
+
+    seen = {}
+    current_check = []
+
+    def scale(x):
+        seen.setdefault(current_check[0], set()).add(tuple(switch_values()))
+        return x * 2
+
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        project = tuple(switch_values())
+        for check in ("gradcheck", "reference", "precision", "extreme"):
+            current_check[:] = [check]
+            run_checks(scale, torch.randn(8), reference=lambda x: x * 2, checks=[check])
+        with _math_mode(bench):
+            timed = tuple(switch_values())
+    finally:
+        torch.set_float32_matmul_precision(before)
+    full = tuple(value for _, _, value in _switches())
+    assert seen == {check: {full} for check in ("gradcheck", "reference", "precision", "extreme")}
+    assert timed == project

@@ -1,8 +1,8 @@
 """parity: each non-CPU device agrees with CPU, the ground truth.
 
 Forward outputs and every input gradient, under one shared random
-cotangent, with dtype-aware tolerances; integer outputs exactly. The device
-runs in full float32 (TF32 off, see ``engine.float32_math``). An op that
+cotangent, with dtype-aware tolerances; integer outputs exactly. Both runs
+are in full float32 (TF32 off: ``Check.full_float32``). An op that
 does not run on CPU (a Triton or CUDA-only kernel) has nothing to compare
 with: skipped, saying why, once its run on the device has gone through.
 """
@@ -10,7 +10,6 @@ with: skipped, saying why, once its run on the device has gone through.
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.devices import devices_option
-from pytest_autograd.engine.float32_math import full_float32
 from pytest_autograd.engine.outcomes import OpRaised, skip
 
 
@@ -28,8 +27,7 @@ class Parity(Check):
     def run(self, context):
         refused = {}
         for index, sample in context.samples():
-            with full_float32():
-                refusal = _compare_on_devices(context, sample)
+            refusal = _compare_on_devices(context, sample)
             if refusal is not None:
                 refused[index] = refusal
         if refused:

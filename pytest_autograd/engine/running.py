@@ -1,10 +1,13 @@
 """Running one check on one case: RNG isolation, the time budget, and what the check's end means."""
 
+from contextlib import nullcontext
+
 import torch
 
 from pytest_autograd.engine import device_faults
 from pytest_autograd.engine.budget import call_with_limit, time_budget_failure
 from pytest_autograd.engine.devices import cuda_devices
+from pytest_autograd.engine.float32_math import full_float32
 from pytest_autograd.engine.execution import op_failure
 from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
 from pytest_autograd.engine.seeding import seed_torch
@@ -51,7 +54,7 @@ def _judged_in_float32_instead(context, failure):
 def _run_once(check, context, reseed):
     try:
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
-                watching_interpreted_dtypes() as untrusted:
+                watching_interpreted_dtypes() as untrusted, _math_mode(check):
             if reseed:
                 seed_torch(context.seed)
             expired = call_with_limit(context.case.run_options.seconds, lambda: check.run(context)).expired
@@ -80,6 +83,11 @@ def _run_once(check, context, reseed):
     return None
 
 
+
+
+def _math_mode(check):
+    """Full float32 (TF32 off) for a check that judges numbers; the project's own mode for one that times."""
+    return full_float32() if getattr(check, "full_float32", True) else nullcontext()
 
 
 def _fault_failure(check, context, phase, error, situation=None):
