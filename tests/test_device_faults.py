@@ -93,3 +93,17 @@ def test_a_kernel_faulting_at_a_size_the_samples_do_not_have_fails_sizes_naming_
     assert outcome.status == "failed", outcome.detail
     assert outcome.detail.startswith("the op's forward faulted on cpu when dim 0 of `x` (size 4 in your sample) is "
                                      "2051: RuntimeError: CUDA error: an illegal memory access was encountered")
+
+
+def test_a_gpu_fault_met_on_a_cpu_item_fails_it_and_leaves_cpu_usable():
+    from pytest_autograd import run_checks
+    from pytest_autograd.engine.device_faults import fault_on
+
+    def calls_a_faulting_gpu_kernel(x):
+        raise RuntimeError(ILLEGAL_ACCESS)
+
+    (outcome,) = run_checks(calls_a_faulting_gpu_kernel, torch.randn(3), checks=["gradcheck"])
+    assert outcome.status == "failed" and outcome.detail.startswith("the op's forward faulted on cpu")
+    assert fault_on("cpu") is None
+    (after,) = run_checks(lambda x: x * 2, torch.randn(3), checks=["gradcheck"])
+    assert after.status == "passed", after.detail

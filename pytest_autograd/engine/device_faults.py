@@ -56,8 +56,9 @@ _FAULTED = {}  # device type -> what faulted there first, in this process
 
 
 def remember(device, where, error):
-    """Record that ``where`` (e.g. "check sizes of LinearFunction on cuda") faulted ``device``'s context."""
-    _FAULTED.setdefault(_device_type(device), f"{where} ({first_line(error)})")
+    """Record that ``where`` faulted ``device``'s context; a CPU item that met a GPU's fault leaves CPU usable."""
+    if _device_type(device) != "cpu":
+        _FAULTED.setdefault(_device_type(device), f"{where} ({first_line(error)})")
 
 
 def fault_on(device):

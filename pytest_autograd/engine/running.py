@@ -100,7 +100,7 @@ def _fault_failure(check, context, phase, error, situation=None):
         summary=f"the op's {phase} faulted on {context.device}{' ' + situation if situation else ''}: "
                 f"{device_faults.first_line(error)}",
         details=[f"{context.device} cannot run anything more in this process after such a fault: its later items "
-                 "fail, naming this one"],
+                 "fail, naming this one"] if device_faults.fault_on(context.device) else [],
         hint=device_faults.LATE_REPORT_HINT))
 
 
