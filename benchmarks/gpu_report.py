@@ -17,7 +17,9 @@ its figures:
    4096^3 in float32 with TF32 off, and 9. in bfloat16;
 10. the Triton RMSNorm's tests with compiled kernels;
 11. on a machine with several GPUs, pytest-xdist with one worker per GPU: each
-    worker's ``cuda`` items must run on its own GPU.
+    worker's ``cuda`` items must run on its own GPU;
+12. the whole test suite under pytest-xdist: tests that a GPU machine runs
+    differently (no Triton interpreter, real CUDA items) show there.
 
 Without CUDA it says there is nothing to validate and exits 0. The exit
 status is 1 when a step failed, else 0. Steps that would start after the
@@ -600,6 +602,22 @@ def importlib_util_find_spec(name):
 # The report, in order. EXTENSION POINT: to validate another CUDA op, write a
 # ``step_...(context) -> StepResult`` (return passed/failed/skipped(reason,
 # figures)) and append a Step here; run_pytest() runs a generated test file.
+def step_whole_suite(context):
+    """``pytest tests`` with one xdist worker per two cores: what a GPU machine runs differently shows here."""
+    import importlib.util
+
+    if importlib.util.find_spec("xdist") is None:
+        return skipped("pytest-xdist is not installed: the suite alone would outlast the report")
+    workers = max(2, (os.cpu_count() or 4) - 2)
+    code, outcomes, output = run_pytest(context, "suite", ["tests", "-n", str(workers), "-rfE"], budget=330)
+    if not outcomes:
+        return no_results(output)
+    figures = [{"tests": "all", **tally(outcomes)}]
+    if any(o.status == "failed" for o in outcomes):
+        return failed(f"{_failed_names(outcomes)} failed", figures, output)
+    return passed(_summary(outcomes), figures)
+
+
 STEPS = [
     Step("extension: CUDA build", step_extension_build, budget=240),
     Step("extension: tests", step_extension_tests, budget=240),
@@ -612,6 +630,7 @@ STEPS = [
     Step("linear vs cuBLAS: 4096^3 bfloat16", step_linear_vs_cublas_bfloat16, budget=60),
     Step("Triton RMSNorm: compiled kernels on CUDA", step_triton_native, budget=240),
     Step("xdist: one GPU per worker", step_worker_gpus, budget=180),
+    Step("the whole test suite on the GPU machine", step_whole_suite, budget=330),
 ]
 
 

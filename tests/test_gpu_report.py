@@ -110,7 +110,7 @@ def test_the_steps_list_covers_the_validation_and_is_the_extension_point(gpu_rep
     for expected in ("extension: CUDA build", "extension: tests", "battery: cpu,cuda", "parity: shipped ops",
                      "parity: planted CUDA-only bug must fail", "precision: float16 and bfloat16",
                      "bench timer vs triton do_bench", "linear vs cuBLAS: 4096^3 float32, TF32 off",
-                     "linear vs cuBLAS: 4096^3 bfloat16"):
+                     "linear vs cuBLAS: 4096^3 bfloat16", "the whole test suite on the GPU machine"):
         assert expected in names
     assert "EXTENSION POINT" in SCRIPT.read_text()
 
