@@ -550,6 +550,37 @@ def test_a_kernel_compiled_at_each_new_shape_on_a_gpu_is_still_judged_at_several
     assert "gradient w.r.t. `x` is wrong when dim 0 (size 4 in your sample) is 2051" in outcome.detail
 
 
+class CompilesPerBlockSize(torch.autograd.Function):
+    """A GPU kernel compiled once per power-of-two block (as a Triton kernel with BLOCK=next_power_of_2(rows))."""
+
+    compiled = set()
+
+    @staticmethod
+    def forward(ctx, x):
+        block = 1 << max(0, x.shape[0] - 1).bit_length()
+        if block not in CompilesPerBlockSize.compiled:
+            CompilesPerBlockSize.compiled.add(block)
+            time.sleep(0.3)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_a_variant_whose_kernel_compiles_is_not_stopped_as_slower_than_the_first(monkeypatch):
+    from pytest_autograd.checks import _size_judge, sizes
+
+    monkeypatch.setattr(_size_judge, "first_call_may_compile", lambda device: True)  # as on a GPU
+    monkeypatch.setattr(sizes, "first_call_may_compile", lambda device: True)
+    monkeypatch.setattr(sizes, "VARIANT_SECONDS", 0.05)  # the first variant's pace, shortened for the test
+    monkeypatch.setattr(sizes, "VARIANT_SLOWDOWN", 1.0)
+    CompilesPerBlockSize.compiled.clear()
+    outcome = sizes_outcome(CompilesPerBlockSize, [Sample(torch.randn(4, 3))])
+    assert outcome.status == "passed", outcome.detail
+    assert "stopped after" not in outcome.detail, outcome.detail
+
+
 def test_a_several_blocks_size_too_slow_to_judge_is_made_smaller_and_noted():
     import time
 

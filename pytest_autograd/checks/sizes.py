@@ -27,12 +27,14 @@ from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks._size_hints import pattern_hint
 from pytest_autograd.checks._size_judge import (
+    COMPILE_SECONDS,
     OUTSIDE,
     REFUSED,
     RIGHT,
     UNRESOLVED,
     WRONG,
     Judge,
+    first_call_may_compile,
     size_ratio,
 )
 from pytest_autograd.checks._size_variants import (
@@ -55,7 +57,7 @@ from pytest_autograd.engine.outcomes import skip
 from pytest_autograd.results.compare import dtype_label, fmt
 
 SECONDS = 60.0  # all variants of an item, at most (and at most half the item's own budget)
-VARIANT_SECONDS = 2.0  # each variant may take at least this long ...
+VARIANT_SECONDS = 2.0  # each variant may take at least this long (on a GPU, plus a compile at its new shape) ...
 VARIANT_SLOWDOWN = 50.0  # ... or this many times the sample's first variant took, per element
 LARGE_SECONDS = 1.0  # a several-blocks size whose judging would take longer is made smaller ...
 PROBE_SECONDS = 0.25  # ... as timed by one forward there, stopped after this long
@@ -155,7 +157,8 @@ class _Run:
         first = self.first_seconds.get(task.index)
         limit = self.deadline - time.monotonic()  # the first variant of a sample sets the pace for the others
         if first is not None:
-            limit = min(limit, max(VARIANT_SECONDS, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1])))
+            floor = VARIANT_SECONDS + (COMPILE_SECONDS if first_call_may_compile(context.device) else 0.0)
+            limit = min(limit, max(floor, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1])))
         limit = max(0.1, limit)
         start = time.perf_counter()
         with _naming_the_size_of_a_fault(task):
