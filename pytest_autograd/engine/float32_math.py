@@ -1,17 +1,20 @@
-"""Full float32 arithmetic for a comparison: torch's TF32 switches off for a while, then restored.
+"""Full float32 arithmetic for a check: torch's reduced-precision float32 switches off for a while, then restored.
 
 On NVIDIA GPUs since Ampere, float32 matmuls and convolutions may run in
 TF32 (a 10-bit mantissa): cuDNN convolutions do by default, matmuls when a
 project sets ``torch.backends.cuda.matmul.allow_tf32`` or
-``torch.set_float32_matmul_precision("high")``, as many training scripts do.
-Their results then differ from the CPU's by about 1e-3 relatively, which no
-float32 tolerance can tell from a bug. A check comparing a device with the
-CPU runs the device in full float32 under :func:`full_float32`.
+``torch.set_float32_matmul_precision("high")``, as many training scripts do;
+"medium" lets CPU matmuls (oneDNN) run in bfloat16. Results then differ from
+full float32 by about 1e-3 relatively, which no float32 tolerance can tell
+from a bug. Checks that judge numbers run under :func:`full_float32`.
 
-torch 2.9 and later set these through ``fp32_precision`` attributes and
-refuse to read the older ``allow_tf32`` flags while the two disagree, so
-the newer attributes are used where they exist, and each is put back to
-the value it had.
+The switches are turned off through the older ``allow_tf32`` flags, which
+leave every getter readable (an op's backward may read
+``torch.backends.cudnn.allow_tf32``; torch 2.9 and later refuse to read it
+while the newer ``fp32_precision`` attributes disagree with one another),
+and oneDNN's matmul is set to full float32. Afterwards every attribute is
+put back exactly as it was: the newer attributes where torch has them, else
+the older flags and the matmul precision ("medium" included).
 """
 
 from contextlib import contextmanager
@@ -21,33 +24,60 @@ import torch
 FULL = "ieee"  # the fp32_precision value of full float32 arithmetic
 
 
-def _switches():
-    """(object, attribute, value meaning full float32) of every TF32 switch this torch has."""
+def _precision_attributes():
+    """(owner, name) of every ``fp32_precision`` attribute, parents before children; [] on a torch without them."""
     backends = torch.backends
-    newer = [(backends.cuda.matmul, "fp32_precision"), (getattr(backends.cudnn, "conv", None), "fp32_precision"),
-             (getattr(backends.cudnn, "rnn", None), "fp32_precision")]
-    if all(owner is not None and hasattr(owner, name) for owner, name in newer):
-        return [(owner, name, FULL) for owner, name in newer]
-    return [(backends.cuda.matmul, "allow_tf32", False), (backends.cudnn, "allow_tf32", False)]
+    owners = [backends, backends.cuda.matmul, backends.cudnn, getattr(backends.cudnn, "conv", None),
+              getattr(backends.cudnn, "rnn", None), getattr(backends, "mkldnn", None)]
+    mkldnn = getattr(backends, "mkldnn", None)
+    owners += [getattr(mkldnn, part, None) for part in ("matmul", "conv", "rnn")] if mkldnn is not None else []
+    found = [(owner, "fp32_precision") for owner in owners if owner is not None and hasattr(owner, "fp32_precision")]
+    return found if (backends.cuda.matmul, "fp32_precision") in found else []
+
+
+def _save():
+    """The older flags where torch can read them (it keeps them beside the newer attributes), then the newer
+    attributes; restored in that order, so each attribute ends as it was."""
+    saved = []
+    for kind, read in (("cudnn", lambda: torch.backends.cudnn.allow_tf32),
+                       ("matmul precision", torch.get_float32_matmul_precision)):
+        try:
+            saved.append((kind, read()))
+        except RuntimeError:  # torch 2.9+ refuses while the newer attributes disagree: they are restored below
+            pass
+    return saved + [("attribute", owner, name, getattr(owner, name)) for owner, name in _precision_attributes()]
+
+
+def _restore(saved):
+    for entry in saved:
+        if entry[0] == "attribute":
+            _, owner, name, value = entry
+            setattr(owner, name, value)
+        elif entry[0] == "cudnn":
+            torch.backends.cudnn.allow_tf32 = entry[1]
+        else:
+            torch.set_float32_matmul_precision(entry[1])
+
+
+def _turn_off():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    matmul = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    if matmul is not None and hasattr(matmul, "fp32_precision"):
+        matmul.fp32_precision = FULL
+
+
+def switches_state():
+    """The values :func:`full_float32` saves and restores, in order: for comparing before and after."""
+    return [entry[-1] for entry in _save()]
 
 
 @contextmanager
 def full_float32():
-    """Run the block with TF32 off for matmuls and convolutions; the switches are restored after it."""
-    saved = []
+    """Run the block with float32 matmuls and convolutions in full float32; every switch is restored after it."""
+    saved = _save()
     try:
-        for owner, name, full in _switches():
-            saved.append((owner, name, getattr(owner, name)))
-            setattr(owner, name, full)
-    except (AttributeError, RuntimeError):  # a torch whose switches cannot be read here: leave them as they are
-        _restore(saved)
-        saved = []
-    try:
+        _turn_off()
         yield
     finally:
         _restore(saved)
-
-
-def _restore(saved):
-    for owner, name, value in reversed(saved):
-        setattr(owner, name, value)
