@@ -2,13 +2,15 @@
 taken for the op refusing an input; the device's later items fail naming that first fault.
 
 Proven on a machine without a GPU with parity's fake ``cuda`` device (``tests/test_check_parity.py``): the op
-raises CUDA's message on it, and from then on every op call there raises it again, as a faulted CUDA context does.
+raises CUDA's message on it, and from then on every op call there raises it again, as a faulted CUDA context does;
+``device_is_broken`` (a synchronisation that fails after a real fault) is told the same.
 """
 
 import pytest
 import torch
 
-from pytest_autograd.engine.device_faults import DeviceFault, is_device_fault, forget_all
+from pytest_autograd.engine import device_faults
+from pytest_autograd.engine.device_faults import DeviceFault, forget_all, is_device_fault
 from pytest_autograd.engine.outcomes import OpRaised, raised_by_op
 from test_check_parity import FAKE_CUDA
 
@@ -46,11 +48,19 @@ def no_faulted_device():
     forget_all()
 
 
-def test_cudas_sticky_errors_are_faults_and_other_errors_are_not():
+@pytest.fixture
+def broken_device(monkeypatch):
+    """The device fails every call, as after a real fault."""
+    monkeypatch.setattr(device_faults, "device_is_broken", lambda: True)
+
+
+def test_cudas_sticky_errors_are_faults_and_other_errors_are_not(broken_device):
     assert is_device_fault(RuntimeError(ILLEGAL_ACCESS))
     assert is_device_fault(RuntimeError("CUDA error: device-side assert triggered"))
     assert is_device_fault(RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"))
     assert not is_device_fault(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_device_fault(RuntimeError("CUDA error: invalid configuration argument\nCompile with "
+                                            "`TORCH_USE_CUDA_DSA` to enable device-side assertions."))
     assert not is_device_fault(ValueError("illegal memory access"))  # not an error torch or Triton raise
     assert isinstance(raised_by_op("forward", RuntimeError(ILLEGAL_ACCESS)), DeviceFault)
     assert not isinstance(raised_by_op("forward", RuntimeError(ILLEGAL_ACCESS)), OpRaised), \
@@ -58,7 +68,26 @@ def test_cudas_sticky_errors_are_faults_and_other_errors_are_not():
     assert isinstance(raised_by_op("forward", RuntimeError("float64 is not supported")), OpRaised)
 
 
-def test_a_fault_fails_where_it_happens_and_the_devices_later_items_name_it(pytester, run_pytest):
+def test_the_words_of_a_fault_on_a_device_that_still_works_are_the_ops_own_error():
+    # an op quoting CUDA's words, or an ordinary CUDA error: the device answers, so nothing is broken
+    assert not is_device_fault(RuntimeError(ILLEGAL_ACCESS))
+    assert isinstance(raised_by_op("forward", RuntimeError("the loads would hit a misaligned address")), OpRaised)
+
+
+def test_a_size_refused_with_a_faults_words_on_a_working_device_is_noted_not_failed():
+    from pytest_autograd import run_checks
+    from reference_ops import Cube
+
+    def cube_for_multiples_of_4(x):
+        if x.shape[0] % 4:
+            raise RuntimeError("cube_kernel: the vectorized loads would hit a misaligned address")
+        return Cube.apply(x)
+
+    (outcome,) = run_checks(cube_for_multiples_of_4, torch.randn(4, 3), checks=["sizes"])
+    assert outcome.status == "passed", outcome.detail
+
+
+def test_a_fault_fails_where_it_happens_and_the_devices_later_items_name_it(pytester, run_pytest, broken_device):
     pytester.makeconftest(FAKE_CUDA)
     pytester.makepyfile(test_ops=OPS)
     result = run_pytest("--autograd-checks=gradcheck", "--autograd-devices=cpu,cuda", "-p", "no:randomly")
@@ -79,7 +108,7 @@ def test_a_fault_fails_where_it_happens_and_the_devices_later_items_name_it(pyte
     result.stdout.no_fnmatch_line("*raises on float64*")  # the fault was not taken for a float64 refusal
 
 
-def test_a_kernel_faulting_at_a_size_the_samples_do_not_have_fails_sizes_naming_the_size():
+def test_a_kernel_faulting_at_a_size_the_samples_do_not_have_fails_sizes_naming_the_size(broken_device):
     # A size the op raises at is noted as outside its contract; a fault there is the kernel's bug, not a refusal.
     from pytest_autograd import run_checks
     from reference_ops import Cube
@@ -95,7 +124,7 @@ def test_a_kernel_faulting_at_a_size_the_samples_do_not_have_fails_sizes_naming_
                                      "2051: RuntimeError: CUDA error: an illegal memory access was encountered")
 
 
-def test_a_gpu_fault_met_on_a_cpu_item_fails_it_and_leaves_cpu_usable():
+def test_a_gpu_fault_met_on_a_cpu_item_fails_it_and_leaves_cpu_usable(broken_device):
     from pytest_autograd import run_checks
     from pytest_autograd.engine.device_faults import fault_on
 
@@ -107,3 +136,19 @@ def test_a_gpu_fault_met_on_a_cpu_item_fails_it_and_leaves_cpu_usable():
     assert fault_on("cpu") is None
     (after,) = run_checks(lambda x: x * 2, torch.randn(3), checks=["gradcheck"])
     assert after.status == "passed", after.detail
+
+
+def test_opchecks_dtype_probe_does_not_take_a_fault_for_a_missing_kernel(broken_device):
+    from pytest_autograd import run_checks
+
+    @torch.library.custom_op("device_fault_tests::scale", mutates_args=())
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float16:
+            raise RuntimeError(ILLEGAL_ACCESS)
+        return x * 2
+
+    scale.register_fake(lambda x: torch.empty_like(x))
+    scale.register_autograd(lambda ctx, grad: grad * 2)
+    (outcome,) = run_checks(scale, torch.randn(4), checks=["opcheck"])
+    assert outcome.status == "failed", outcome.detail
+    assert "faulted" in outcome.detail

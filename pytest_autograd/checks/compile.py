@@ -19,6 +19,7 @@ import torch
 
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
+from pytest_autograd.engine.device_faults import raise_if_fault
 from pytest_autograd.engine.execution import OpRaised
 from pytest_autograd.engine.outcomes import skip
 from pytest_autograd.engine.triton_interpreter import fake_tracing_refusal
@@ -100,7 +101,8 @@ def _graph_breaks(fn, prepared):
     args, kwargs = prepared.call_args()
     try:
         explanation = torch._dynamo.explain(fn)(*args, **kwargs)
-    except Exception:  # the compiled run reports the error itself
+    except Exception as error:  # the compiled run reports the error itself, unless the GPU faulted
+        raise_if_fault(error)
         return []
     found = []
     for reason in getattr(explanation, "break_reasons", []):

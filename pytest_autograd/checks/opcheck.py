@@ -10,6 +10,7 @@ check names which of its tests failed and how to fix each.
 import torch
 
 from pytest_autograd.checks.base import Check
+from pytest_autograd.engine.device_faults import raise_if_fault
 from pytest_autograd.engine.outcomes import skip
 from pytest_autograd.engine.triton_interpreter import fake_tracing_refusal
 from pytest_autograd.results.compare import dtype_label
@@ -130,7 +131,8 @@ def _runs_in(op, prepared):
     try:
         with torch.no_grad():
             op(*args, **kwargs)
-    except Exception:  # a dtype the kernel has no implementation for
+    except Exception as error:  # a dtype the kernel has no implementation for; a GPU fault is no such refusal
+        raise_if_fault(error)
         return False
     return True
 
@@ -159,8 +161,8 @@ def resolve_overload(op, args, kwargs):
     try:
         with torch.no_grad(), Record():
             op(*args, **kwargs)
-    except Exception:  # opcheck itself reports the op raising
-        pass
+    except Exception as error:  # opcheck itself reports the op raising, unless the GPU faulted
+        raise_if_fault(error)
     if Record.found is not None:
         return Record.found
     if "default" in op.overloads():

@@ -19,6 +19,7 @@ import torch
 
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.backward_only import autograd_grad
+from pytest_autograd.engine.device_faults import raise_if_fault
 from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
@@ -104,6 +105,7 @@ class UndefinedGrad(Check):
         try:
             grads = autograd_grad(undefined, prepared.leaves, [torch.ones_like(u) for u in undefined])
         except Exception as error:
+            raise_if_fault(error, "backward")
             context.fail_raised(OpRaised("backward", error), situation, hint=NONE_HINT, output=", ".join(labels))
         for name, grad in zip(prepared.names, grads):
             if grad is not None and not bool((grad == 0).all()):

@@ -14,14 +14,16 @@ faulted: each later item on it fails at once, naming the first fault,
 instead of running into the same error and reporting it as its own.
 """
 
-FAULT_MESSAGES = (
-    "illegal memory access",
-    "device-side assert",
+FAULT_MESSAGES = (  # CUDA's wording of its sticky errors (torch and Triton quote it)
+    "an illegal memory access was encountered",
+    "device-side assert triggered",
     "misaligned address",
     "unspecified launch failure",
-    "illegal instruction",
+    "an illegal instruction was encountered",
     "hardware stack error",
-    "uncorrectable ECC error",
+    "uncorrectable ECC error encountered",
+    "invalid program counter",
+    "operation not supported on global/shared address space",
 )
 LATE_REPORT_HINT = ("the GPU reports a faulting kernel late, at a later call: rerun this item alone with "
                     "CUDA_LAUNCH_BLOCKING=1 to stop at the launch that faulted, and under compute-sanitizer to name "
@@ -40,11 +42,38 @@ class DeviceFault(Exception):
 
 
 def is_device_fault(error):
-    """Whether ``error`` is a GPU fault that leaves the device unusable (CUDA's sticky errors)."""
+    """Whether ``error`` is a GPU fault that left the device unusable: CUDA's wording of a sticky error, and the
+    device failing a trivial call now (an op's own message quoting the words, or an ordinary CUDA error such as a
+    bad launch configuration, leaves it working)."""
+    if isinstance(error, DeviceFault):
+        return True
     if not isinstance(error, RuntimeError):  # torch.AcceleratorError and Triton's errors are RuntimeErrors
         return False
     text = str(error)
-    return any(message in text for message in FAULT_MESSAGES)
+    return any(message in text for message in FAULT_MESSAGES) and device_is_broken()
+
+
+def device_is_broken():
+    """Whether a CUDA device of this process fails a synchronisation now, as every call does after a sticky
+    error. False where CUDA was never used."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return False
+    try:
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+    except RuntimeError:
+        return True
+    return False
+
+
+def raise_if_fault(error, phase="a kernel it launched"):
+    """Re-raise ``error`` as a DeviceFault when it is one: for code that catches every exception of an op run."""
+    if isinstance(error, DeviceFault):
+        raise error
+    if is_device_fault(error):
+        raise DeviceFault(phase, error) from error
 
 
 def first_line(error):

@@ -55,4 +55,6 @@ class OpRaised(Exception):
 def raised_by_op(phase, error):
     """The exception for an error the op raised in ``phase``: :class:`~pytest_autograd.engine.device_faults.
     DeviceFault` for a GPU fault (never taken for a refusal), else :class:`OpRaised`."""
+    if isinstance(error, DeviceFault):
+        return error
     return DeviceFault(phase, error) if is_device_fault(error) else OpRaised(phase, error)
