@@ -54,15 +54,14 @@ def is_device_fault(error):
 
 
 def device_is_broken():
-    """Whether a CUDA device of this process fails a synchronisation now, as every call does after a sticky
-    error. False where CUDA was never used."""
+    """Whether the current CUDA device fails a synchronisation now, as every call does after a sticky error.
+    False where CUDA was never used. (The other devices are not touched: that would give each a context.)"""
     import torch
 
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return False
     try:
-        for index in range(torch.cuda.device_count()):
-            torch.cuda.synchronize(index)
+        torch.cuda.synchronize()
     except RuntimeError:
         return True
     return False
