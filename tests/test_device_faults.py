@@ -152,3 +152,15 @@ def test_opchecks_dtype_probe_does_not_take_a_fault_for_a_missing_kernel(broken_
     (outcome,) = run_checks(scale, torch.randn(4), checks=["opcheck"])
     assert outcome.status == "failed", outcome.detail
     assert "faulted" in outcome.detail
+
+
+def test_a_fault_is_confirmed_on_the_items_own_device(monkeypatch):
+    synchronised = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronised.append(device))
+    with device_faults.item_on("cuda:1"):
+        assert not device_faults.device_is_broken()
+    with device_faults.item_on("cpu"):
+        assert not device_faults.device_is_broken()
+    assert synchronised == ["cuda:1", None]  # a CPU item: the current device

@@ -14,6 +14,8 @@ faulted: each later item on it fails at once, naming the first fault,
 instead of running into the same error and reporting it as its own.
 """
 
+from contextlib import contextmanager
+
 FAULT_MESSAGES = (  # CUDA's wording of its sticky errors (torch and Triton quote it)
     "an illegal memory access was encountered",
     "device-side assert triggered",
@@ -54,17 +56,32 @@ def is_device_fault(error):
 
 
 def device_is_broken():
-    """Whether the current CUDA device fails a synchronisation now, as every call does after a sticky error.
-    False where CUDA was never used. (The other devices are not touched: that would give each a context.)"""
+    """Whether the item's CUDA device (else the current one) fails a synchronisation now, as every call does after
+    a sticky error. False where CUDA was never used. (Other devices are not touched: that would give each a
+    context.)"""
     import torch
 
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return False
+    device = _ITEM_DEVICE[-1] if _ITEM_DEVICE and _ITEM_DEVICE[-1].startswith("cuda") else None
     try:
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
     except RuntimeError:
         return True
     return False
+
+
+_ITEM_DEVICE = []  # the device of the item running now, innermost last
+
+
+@contextmanager
+def item_on(device):
+    """Mark the block as an item on ``device``: the device a fault is confirmed on."""
+    _ITEM_DEVICE.append(str(device))
+    try:
+        yield
+    finally:
+        _ITEM_DEVICE.pop()
 
 
 def raise_if_fault(error, phase="a kernel it launched"):

@@ -54,7 +54,7 @@ def _judged_in_float32_instead(context, failure):
 def _run_once(check, context, reseed):
     try:
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
-                watching_interpreted_dtypes() as untrusted, _math_mode(check):
+                watching_interpreted_dtypes() as untrusted, _math_mode(check), device_faults.item_on(context.device):
             if reseed:
                 seed_torch(context.seed)
             expired = call_with_limit(context.case.run_options.seconds, lambda: check.run(context)).expired
