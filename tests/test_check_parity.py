@@ -125,6 +125,33 @@ def linear_kernel_for_matrices_only_on_cpu(input, weight, bias):
         raise RuntimeError("linear_kernel: no CPU kernel for a single row")
     return LinearFunction.apply(input, weight, bias)
 
+class ScaleWithADeviceOnlyBackward(torch.autograd.Function):
+    # forward in plain torch, backward a kernel that takes device tensors only
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        if not on_device(x):
+            raise RuntimeError("scale_backward_kernel: CUDA tensors only")
+        return grad * 3
+
+class ScaleWithABackwardRaisingEverywhere(ScaleWithADeviceOnlyBackward):
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("scale_backward_kernel: no kernel for this input")
+
+@pytest.mark.autograd_op(op=ScaleWithADeviceOnlyBackward)
+def test_device_only_backward():
+    return [(torch.randn(4, 3),)]
+
+@pytest.mark.autograd_op(op=ScaleWithABackwardRaisingEverywhere)
+def test_backward_refused_on_both():
+    return [(torch.randn(4, 3),)]
+
 @pytest.mark.autograd_op(op=linear_kernel_for_the_device_only)
 def test_device_only_kernel():
     return linear_samples()
@@ -219,6 +246,23 @@ def test_an_op_that_does_not_run_on_cpu_is_skipped_by_parity_saying_why(pytester
     result.stdout.fnmatch_lines([
         "SKIPPED [[]1[]] test_ops.py:*: the op does not run on cpu (sample 0: RuntimeError: linear_kernel: CUDA "
         "tensors only): parity has no CPU run to compare the cuda run with; the other checks judge the op on cuda",
+    ])
+
+
+def test_an_op_whose_backward_does_not_run_on_cpu_is_skipped_by_parity_saying_why(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "device_only_backward", "--autograd-devices=cuda")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "SKIPPED [[]1[]] test_ops.py:*: the op does not run on cpu (sample 0: RuntimeError: scale_backward_kernel: "
+        "CUDA tensors only): parity has no CPU run to compare the cuda run with; the other checks judge the op on cuda",
+    ])
+
+
+def test_an_op_whose_backward_raises_on_the_device_too_fails_parity_there(pytester, run_pytest):
+    result = run_parity(pytester, run_pytest, "-k", "backward_refused_on_both", "--autograd-devices=cuda")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "the op's backward raised RuntimeError: scale_backward_kernel: no kernel for this input",
     ])
 
 

@@ -3,13 +3,17 @@
 Forward outputs and every input gradient, under one shared random
 cotangent, with dtype-aware tolerances; integer outputs exactly. Both runs
 are in full float32 (TF32 off: ``Check.full_float32``). An op that
-does not run on CPU (a Triton or CUDA-only kernel) has nothing to compare
-with: skipped, saying why, once its run on the device has gone through.
+does not run on CPU (a Triton or CUDA-only kernel, in its forward or its
+backward) has nothing to compare with: skipped, saying why, once its run on
+the device has gone through.
 """
+
+import torch
 
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.devices import devices_option
+from pytest_autograd.engine.execution import grads_of
 from pytest_autograd.engine.outcomes import OpRaised, skip
 
 
@@ -48,8 +52,27 @@ def _compare_on_devices(context, sample):
     except OpRaised as raised:
         context.run_op(on_device)  # an op that raises on the device too fails there, not skipped
         return _first_line(raised)
-    compare_runs(context, (cpu, cpu_run), (on_device, context.run_op(on_device)), expected_label="cpu",
-                 got_label=context.device, roles=("op", "op"))
+    try:
+        compare_runs(context, (cpu, cpu_run), (on_device, context.run_op(on_device)), expected_label="cpu",
+                     got_label=context.device, roles=("op", "op"))
+    except OpRaised:  # a backward raised: the CPU's (no ground truth to compare with) or the device's (its failure)
+        refused = _backward_raises(context, cpu)
+        if refused is None:
+            raise
+        _backward_raises(context, on_device, reraise=True)
+        return _first_line(refused)
+    return None
+
+
+def _backward_raises(context, prepared, reraise=False):
+    """The OpRaised of a forward and backward of the op on ``prepared`` (raised when ``reraise``), else None."""
+    outputs = context.run_op(prepared)
+    try:
+        grads_of(outputs, prepared.leaves, [torch.ones_like(o) if o.requires_grad else None for o in outputs])
+    except OpRaised as raised:
+        if reraise:
+            raise
+        return raised
     return None
 
 
