@@ -272,6 +272,8 @@ _SETTINGS = '''
 SAMPLE = torch.load(Path(__file__).with_suffix(".pt"))
 DEVICE = {device!r}
 LOCUS = {locus}
+torch.backends.cuda.matmul.allow_tf32 = False  # full float32, as the check ran: no TF32 matmuls or convolutions
+torch.backends.cudnn.allow_tf32 = False
 '''
 
 _MODULE = '''
