@@ -240,21 +240,17 @@ def test_integer_outputs_must_match_exactly(pytester, run_pytest):
     ], consecutive=True)
 
 
-def test_an_op_that_does_not_run_on_cpu_is_skipped_by_parity_saying_why(pytester, run_pytest):
-    result = run_parity(pytester, run_pytest, "-k", "device_only_kernel", "--autograd-devices=cuda")
+@pytest.mark.parametrize("test, refusal", [
+    ("device_only_kernel", "linear_kernel: CUDA tensors only"),
+    ("device_only_backward", "scale_backward_kernel: CUDA tensors only"),  # a plain-torch forward
+])
+def test_an_op_whose_forward_or_backward_does_not_run_on_cpu_is_skipped_by_parity_saying_why(
+        pytester, run_pytest, test, refusal):
+    result = run_parity(pytester, run_pytest, "-k", test, "--autograd-devices=cuda")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] test_ops.py:*: the op does not run on cpu (sample 0: RuntimeError: linear_kernel: CUDA "
-        "tensors only): parity has no CPU run to compare the cuda run with; the other checks judge the op on cuda",
-    ])
-
-
-def test_an_op_whose_backward_does_not_run_on_cpu_is_skipped_by_parity_saying_why(pytester, run_pytest):
-    result = run_parity(pytester, run_pytest, "-k", "device_only_backward", "--autograd-devices=cuda")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] test_ops.py:*: the op does not run on cpu (sample 0: RuntimeError: scale_backward_kernel: "
-        "CUDA tensors only): parity has no CPU run to compare the cuda run with; the other checks judge the op on cuda",
+        f"SKIPPED [[]1[]] test_ops.py:*: the op does not run on cpu (sample 0: RuntimeError: {refusal}): parity has "
+        "no CPU run to compare the cuda run with; the other checks judge the op on cuda",
     ])
 
 

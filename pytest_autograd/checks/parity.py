@@ -12,6 +12,7 @@ import torch
 
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks.base import Check
+from pytest_autograd.engine.device_faults import first_line
 from pytest_autograd.engine.devices import devices_option
 from pytest_autograd.engine.execution import grads_of
 from pytest_autograd.engine.outcomes import OpRaised, skip
@@ -86,7 +87,7 @@ def _by_reason(refused):
 
 
 def _first_line(raised, limit=160):
-    text = f"{type(raised.error).__name__}: {raised.error}".splitlines()[0]
+    text = first_line(raised.error)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

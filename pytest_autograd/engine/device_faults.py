@@ -47,8 +47,6 @@ def is_device_fault(error):
     """Whether ``error`` is a GPU fault that left the device unusable: CUDA's wording of a sticky error, and the
     device failing a trivial call now (an op's own message quoting the words, or an ordinary CUDA error such as a
     bad launch configuration, leaves it working)."""
-    if isinstance(error, DeviceFault):
-        return True
     if not isinstance(error, RuntimeError):  # torch.AcceleratorError and Triton's errors are RuntimeErrors
         return False
     text = str(error)

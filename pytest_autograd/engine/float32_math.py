@@ -18,6 +18,7 @@ the older flags and the matmul precision ("medium" included).
 """
 
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 
@@ -27,36 +28,38 @@ FULL = "ieee"  # the fp32_precision value of full float32 arithmetic
 def _precision_attributes():
     """(owner, name) of every ``fp32_precision`` attribute, parents before children; [] on a torch without them."""
     backends = torch.backends
-    owners = [backends, backends.cuda.matmul, backends.cudnn, getattr(backends.cudnn, "conv", None),
-              getattr(backends.cudnn, "rnn", None), getattr(backends, "mkldnn", None)]
     mkldnn = getattr(backends, "mkldnn", None)
+    owners = [backends, backends.cuda.matmul, backends.cudnn, getattr(backends.cudnn, "conv", None),
+              getattr(backends.cudnn, "rnn", None), mkldnn]
     owners += [getattr(mkldnn, part, None) for part in ("matmul", "conv", "rnn")] if mkldnn is not None else []
     found = [(owner, "fp32_precision") for owner in owners if owner is not None and hasattr(owner, "fp32_precision")]
     return found if (backends.cuda.matmul, "fp32_precision") in found else []
 
 
+def _switches():
+    """(read, write) of each switch: the older flags first (torch keeps them beside the newer attributes), then
+    the newer attributes; written back in this order, each ends as it was."""
+    cudnn = torch.backends.cudnn
+    older = [(lambda: cudnn.allow_tf32, partial(setattr, cudnn, "allow_tf32")),
+             (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision)]
+    return older + [(partial(getattr, owner, name), partial(setattr, owner, name))
+                    for owner, name in _precision_attributes()]
+
+
 def _save():
-    """The older flags where torch can read them (it keeps them beside the newer attributes), then the newer
-    attributes; restored in that order, so each attribute ends as it was."""
+    """(write, value) of each switch torch can read now."""
     saved = []
-    for kind, read in (("cudnn", lambda: torch.backends.cudnn.allow_tf32),
-                       ("matmul precision", torch.get_float32_matmul_precision)):
+    for read, write in _switches():
         try:
-            saved.append((kind, read()))
-        except RuntimeError:  # torch 2.9+ refuses while the newer attributes disagree: they are restored below
+            saved.append((write, read()))
+        except RuntimeError:  # torch 2.9+ refuses the older flags while the newer attributes disagree: those are saved
             pass
-    return saved + [("attribute", owner, name, getattr(owner, name)) for owner, name in _precision_attributes()]
+    return saved
 
 
 def _restore(saved):
-    for entry in saved:
-        if entry[0] == "attribute":
-            _, owner, name, value = entry
-            setattr(owner, name, value)
-        elif entry[0] == "cudnn":
-            torch.backends.cudnn.allow_tf32 = entry[1]
-        else:
-            torch.set_float32_matmul_precision(entry[1])
+    for write, value in saved:
+        write(value)
 
 
 def _turn_off():
@@ -69,7 +72,7 @@ def _turn_off():
 
 def switches_state():
     """The values :func:`full_float32` saves and restores, in order: for comparing before and after."""
-    return [entry[-1] for entry in _save()]
+    return [value for _, value in _save()]
 
 
 @contextmanager
