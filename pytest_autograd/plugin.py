@@ -23,5 +23,6 @@ from pytest_autograd.pytest_adapter.hooks import (  # noqa: F401 - pytest finds 
     pytest_report_collectionfinish,
     pytest_report_header,
     pytest_runtest_setup,
+    pytest_runtest_teardown,
     pytest_xdist_node_collection_finished,
 )

@@ -26,15 +26,16 @@ class Check:
     ``default``: False for opt-in checks, whose items are skipped unless
     selected (``--autograd-checks`` or ``checks=`` on the marker).
     ``options``: extra marker keywords this check understands, with defaults.
-    ``full_float32``: run with torch's TF32 switches off (``engine.float32_math``), so a float32 verdict judges
-    the op's code, not the GPU's default math mode; a check that times the op as the project runs it says False.
+    ``times_the_op``: True for a check that times the op, which runs it as the project does. Every other check
+    runs with torch's TF32 switches off (``engine.float32_math``), so a float32 verdict judges the op's code, not
+    the GPU's default math mode, and with large tensors reusing freed memory (``engine.freed_memory``).
     """
 
     name = None
     description = ""
     default = True
     options = {}
-    full_float32 = True
+    times_the_op = False
 
     def applies(self, case, device):
         """Return None when the check applies, else the reason it is skipped."""

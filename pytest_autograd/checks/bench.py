@@ -22,7 +22,7 @@ from pytest_autograd.engine.triton_interpreter import interpreted_kernels_reason
 class Bench(Check):
     name = "bench"
     description = "times forward, backward and both (and the reference's), with TFLOP/s and GB/s; --autograd-bench"
-    full_float32 = False  # timed in the math mode the project chose (TF32 where it allows it)
+    times_the_op = True  # in the math mode the project chose (TF32 where it allows it), with its malloc settings
     options = {
         "flops": None,  # FLOPs per call: number (forward), {direction: n}, or callable(*sample) -> either
         "bytes": None,  # bytes moved per call, same forms

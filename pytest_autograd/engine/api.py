@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from pytest_autograd.checks.base import CheckContext
-from pytest_autograd.engine import notes
+from pytest_autograd.engine import freed_memory, notes
 from pytest_autograd.engine.after_failure import follow_up
 from pytest_autograd.engine.budget import DEFAULT_SECONDS
 from pytest_autograd.engine.builtin import register_builtin_checks
@@ -100,10 +100,14 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
                                                  shrink_seconds=shrink, repro_dir=None if repro is None else str(repro))
     case.run_options = dataclasses.replace(case.run_options, checks=tuple(names))
     outcomes = []
-    for device in devices:
-        problem = device_problem(device)
-        for name in names:
-            outcomes.append(_one(registry.get(name), name, case, device, problem, seed, explicit=checks is not None))
+    try:
+        for device in devices:
+            problem = device_problem(device)
+            for name in names:
+                outcomes.append(_one(registry.get(name), name, case, device, problem, seed,
+                                     explicit=checks is not None))
+    finally:
+        freed_memory.give_back()
     return outcomes
 
 

@@ -1,6 +1,6 @@
 """Running one check on one case: RNG isolation, the time budget, and what the check's end means."""
 
-from contextlib import nullcontext
+from contextlib import contextmanager
 
 import torch
 
@@ -8,6 +8,7 @@ from pytest_autograd.engine import device_faults
 from pytest_autograd.engine.budget import call_with_limit, time_budget_failure
 from pytest_autograd.engine.devices import cuda_devices
 from pytest_autograd.engine.float32_math import full_float32
+from pytest_autograd.engine.freed_memory import reusing_freed_memory
 from pytest_autograd.engine.execution import op_failure
 from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
 from pytest_autograd.engine.seeding import seed_torch
@@ -54,7 +55,7 @@ def _judged_in_float32_instead(context, failure):
 def _run_once(check, context, reseed):
     try:
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
-                watching_interpreted_dtypes() as untrusted, _math_mode(check), device_faults.item_on(context.device):
+                watching_interpreted_dtypes() as untrusted, _judging_mode(check), device_faults.item_on(context.device):
             if reseed:
                 seed_torch(context.seed)
             expired = call_with_limit(context.case.run_options.seconds, lambda: check.run(context)).expired
@@ -85,9 +86,15 @@ def _run_once(check, context, reseed):
 
 
 
-def _math_mode(check):
-    """Full float32 (TF32 off) for a check that judges numbers; the project's own mode for one that times."""
-    return full_float32() if getattr(check, "full_float32", True) else nullcontext()
+@contextmanager
+def _judging_mode(check):
+    """Full float32 (TF32 off) and large tensors reusing freed memory for a check that judges the op; the
+    project's own settings for one that times it."""
+    if getattr(check, "times_the_op", False):
+        yield
+        return
+    with full_float32(), reusing_freed_memory():
+        yield
 
 
 def _fault_failure(check, context, phase, error, situation=None):

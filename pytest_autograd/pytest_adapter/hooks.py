@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from pytest_autograd.engine import device_faults, triton_interpreter
+from pytest_autograd.engine import device_faults, freed_memory, triton_interpreter
 from pytest_autograd.engine.case import CORE_OPTIONS, op_display_name
 from pytest_autograd.engine.check_scope import refuse_checks_out_of_scope
 from pytest_autograd.engine.devices import devices_option
@@ -42,7 +42,7 @@ from pytest_autograd.pytest_adapter.marker import (
 from pytest_autograd.pytest_adapter.marker_misuse import misuse_problem
 from pytest_autograd.pytest_adapter.model_marker import validate_model_marker
 from pytest_autograd.pytest_adapter.record import test_name
-from pytest_autograd.pytest_adapter.shared_cases import group_items_by_test, record_items
+from pytest_autograd.pytest_adapter.shared_cases import ends_its_test, group_items_by_test, record_items
 from pytest_autograd.pytest_adapter.settings import (
     WORKER_INPUT_KEY,
     Settings,
@@ -342,4 +342,11 @@ def pytest_runtest_setup(item):
     problem = misuse_problem(item)
     if problem:
         pytest.fail(problem, pytrace=False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The memory the checks of one test kept for one another goes back to the system after its last item."""
+    if ends_its_test(item, nextitem):
+        freed_memory.give_back()
 

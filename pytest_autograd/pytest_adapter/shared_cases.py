@@ -54,6 +54,13 @@ def _checked_test(item):
     return test_name(item.nodeid, str(spec))
 
 
+def ends_its_test(item, nextitem):
+    """Whether no item of ``item``'s test comes right after it (any item that is not an ``autograd_op`` one ends
+    its own test)."""
+    test = _checked_test(item)
+    return test is None or nextitem is None or _checked_test(nextitem) != test
+
+
 def group_items_by_test(items):
     """Put the items of each test next to each other, in place, keeping every other order: pytest runs a test
     parametrized by its author check by check (``test_x[gradcheck-cpu-2]``, ``test_x[gradcheck-cpu-3]``,
