@@ -1,5 +1,6 @@
-"""reusing_freed_memory: while a check runs, a large tensor reuses the memory an earlier one freed instead of a fresh
-mapping faulted in page by page; after it, glibc maps large blocks again; the user's own malloc settings stay."""
+"""reusing_freed_memory: while a check runs on a large sample, a large tensor reuses the memory an earlier one freed
+instead of fresh pages; after the op's last check that memory goes back; small samples, the user's own malloc
+settings and the off switch leave glibc alone."""
 
 import os
 import platform
@@ -9,107 +10,158 @@ import pytest
 import torch
 
 from pytest_autograd.engine import freed_memory
-from pytest_autograd.engine.freed_memory import reusing_freed_memory
+from pytest_autograd.engine.case import OpCase, Sample
+from pytest_autograd.engine.freed_memory import LARGE_SAMPLE, give_back
 
 LARGE = 5 << 20  # float64 elements: 40 MiB, past the largest mmap threshold glibc ever sets by itself
+PAGES = LARGE * 8 // resource.getpagesize()
+SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+            "GLIBC_TUNABLES", freed_memory.SWITCH)
 
 pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or "THP_MEM_ALLOC_ENABLE" in os.environ,
-    reason="glibc's malloc settings, torch's CPU tensors in 4 KiB pages")
+    reason="glibc's malloc settings, torch's CPU tensors in base pages")
 
 
 @pytest.fixture(autouse=True)
-def fresh_lookup():
-    """Each test reads the environment afresh, and leaves no answer of its own behind."""
-    lookup = freed_memory._mallopt
+def glibc_as_the_plugin_finds_it(monkeypatch):
+    """No malloc setting of the machine's, the environment read afresh, nothing kept from another test."""
+    for name in SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    lookup = freed_memory._glibc
     lookup.cache_clear()
+    if lookup() is None:
+        pytest.skip("another allocator than glibc's is preloaded")
+    give_back()
     yield
+    give_back()
     lookup.cache_clear()
 
 
-PAGES = LARGE * 8 // 4096
+BEHAVIOUR = """
+import json, resource, sys, torch
+from pytest_autograd.engine.freed_memory import LARGE_SAMPLE, give_back, reusing_freed_memory
 
+LARGE = 5 << 20  # float64 elements: 40 MiB, past the largest mmap threshold glibc ever sets by itself
 
 def pages_faulted_in(calls):
-    """Minor page faults of each of ``calls`` calls making and freeing two large tensors."""
-    counts = []
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(calls):
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         x = torch.ones(LARGE, dtype=torch.float64)
         y = x * 2
         del x, y
-        counts.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    return counts
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
-
-def resident_bytes():
+def resident():
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
+found = {"by_glibc": pages_faulted_in(8)}
+with reusing_freed_memory(LARGE_SAMPLE):
+    pages_faulted_in(4)
+    found["reused"] = pages_faulted_in(8)
+    held = [torch.ones(LARGE, dtype=torch.float64) for _ in range(6)]  # 240 MiB
+    found["peak"] = resident()
+    del held
+found["kept"] = resident()
+give_back()
+found["given_back"] = resident()
+json.dump(found, sys.stdout)
+"""
 
-def test_inside_large_tensors_reuse_the_memory_earlier_ones_freed():
-    with reusing_freed_memory():
-        counts = pages_faulted_in(calls=12)
-    freed_memory.give_back()
-    assert sum(counts[4:]) < 8 * 2 * PAGES // 4, counts  # a quarter of what a fresh mapping for each costs
 
+def test_inside_large_tensors_reuse_freed_memory_which_goes_back_after_the_ops_last_check(tmp_path, monkeypatch):
+    """In a fresh interpreter, where glibc's heap holds nothing an earlier test freed."""
+    import json
+    import subprocess
+    import sys
 
-def test_the_memory_kept_for_the_ops_next_check_goes_back_to_the_system_when_given_back():
-    with reusing_freed_memory():
-        held = [torch.ones(LARGE, dtype=torch.float64) for _ in range(6)]  # 240 MiB
-        peak = resident_bytes()
-        del held
-    assert resident_bytes() > peak - (100 << 20)  # kept for the op's next check
-    freed_memory.give_back()
-    assert resident_bytes() < peak - (200 << 20)
+    for name in SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    script = tmp_path / "behaviour.py"
+    script.write_text(BEHAVIOUR)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["by_glibc"] >= 8 * 2 * PAGES * 0.9  # glibc by itself faults both tensors in, every call
+    assert found["reused"] < found["by_glibc"] / 4
+    assert found["kept"] > found["peak"] - (100 << 20)  # kept for the op's next check
+    assert found["given_back"] < found["peak"] - (200 << 20)
 
 
 @pytest.mark.parametrize("setting", ["MALLOC_MMAP_MAX_=65536", "MALLOC_TRIM_THRESHOLD_=0",
-                                     "GLIBC_TUNABLES=glibc.malloc.mmap_max=65536", "PYTEST_AUTOGRAD_KEEP_MALLOC=1"])
+                                     "GLIBC_TUNABLES=glibc.malloc.mmap_max=65536", "PYTEST_AUTOGRAD_MALLOPT=0",
+                                     "PYTEST_AUTOGRAD_MALLOPT=off"])
 def test_the_users_own_malloc_settings_or_the_off_switch_leave_glibc_alone(monkeypatch, setting):
     name, value = setting.split("=", 1)
     monkeypatch.setenv(name, value)
-    assert freed_memory._mallopt() is None
+    freed_memory._glibc.cache_clear()
+    assert freed_memory._glibc() is None
 
 
 def test_an_unrelated_glibc_tunable_leaves_it_to_the_plugin(monkeypatch):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX512F")
-    assert freed_memory._mallopt() is not None
+    freed_memory._glibc.cache_clear()
+    assert freed_memory._glibc() is not None
 
 
-def test_checks_that_judge_the_op_reuse_freed_memory_and_bench_runs_as_the_project_does(monkeypatch):
+@pytest.fixture
+def glibc_calls(monkeypatch):
+    """The mallopt and malloc_trim calls that reach glibc, by parameter (``trim`` for malloc_trim)."""
+    calls = []
+
+    class Recorder:
+        def mallopt(self, parameter, value):
+            calls.append(parameter)
+            return 1
+
+        def malloc_trim(self, pad):
+            calls.append("trim")
+
+    monkeypatch.setattr(freed_memory, "_glibc", lambda: Recorder())
+    return calls
+
+
+def case_of(elements):
+    return OpCase(op=None, samples=[Sample(torch.zeros(elements), torch.zeros(3), bias=torch.zeros(2))])
+
+
+def test_checks_on_a_large_sample_reuse_freed_memory_and_bench_runs_as_the_project_does(glibc_calls):
     from pytest_autograd.checks.bench import check as bench
     from pytest_autograd.checks.gradcheck import check as gradcheck
     from pytest_autograd.engine.running import _judging_mode
 
-    calls = []
-    monkeypatch.setattr(freed_memory, "_mallopt", lambda: lambda parameter, value: calls.append(parameter))
-    with _judging_mode(bench):
-        assert calls == []
-    with _judging_mode(gradcheck):
-        assert calls == [freed_memory.M_TRIM_THRESHOLD, freed_memory.M_MMAP_MAX]
-    assert calls[2:] == [freed_memory.M_MMAP_MAX, freed_memory.M_MMAP_THRESHOLD, freed_memory.M_TRIM_THRESHOLD]
+    with _judging_mode(bench, case_of(LARGE_SAMPLE)):
+        assert glibc_calls == []
+    with _judging_mode(gradcheck, case_of(LARGE_SAMPLE)):
+        assert glibc_calls == [freed_memory.M_TRIM_THRESHOLD, freed_memory.M_MMAP_MAX]
+    assert glibc_calls[2:] == [freed_memory.M_MMAP_MAX, freed_memory.M_MMAP_THRESHOLD, freed_memory.M_TRIM_THRESHOLD]
 
 
-@pytest.fixture
-def trims(monkeypatch):
-    """The give-backs that reach glibc's malloc_trim."""
-    calls = []
-    monkeypatch.setattr(freed_memory, "_malloc_trim", lambda: lambda pad: calls.append(pad))
-    return calls
+def test_checks_on_small_samples_never_touch_glibcs_settings(glibc_calls):
+    from pytest_autograd.checks.gradcheck import check as gradcheck
+    from pytest_autograd.engine.running import _judging_mode
+
+    with _judging_mode(gradcheck, case_of(LARGE_SAMPLE - 1)):
+        pass
+    give_back()
+    assert glibc_calls == []
 
 
-def test_run_checks_gives_the_memory_back_once_after_its_last_check(trims, monkeypatch):
+def test_run_checks_gives_the_memory_back_once_after_its_last_check(glibc_calls, monkeypatch):
     from pytest_autograd import run_checks
 
-    seen = []
-    monkeypatch.setattr(freed_memory, "give_back", lambda original=freed_memory.give_back: (seen.append(1), original()))
+    monkeypatch.setattr(freed_memory, "LARGE_SAMPLE", 8)
     outcomes = run_checks(lambda x: x * 2, torch.randn(8, dtype=torch.float64), checks=["gradcheck", "reentrancy"])
     assert [o.status for o in outcomes] == ["passed", "passed"]
-    assert (seen, trims) == ([1], [0])
+    assert glibc_calls.count("trim") == 1 and glibc_calls[-1] == "trim"
+    assert glibc_calls.count(freed_memory.M_MMAP_MAX) == 2 * 2 + 1  # set and settled by each check, settled again
 
 
-def test_under_pytest_the_memory_goes_back_after_each_tests_last_item(pytester, run_pytest, trims):
+def test_under_pytest_the_memory_goes_back_after_each_tests_last_item(pytester, run_pytest, glibc_calls,
+                                                                     monkeypatch):
+    monkeypatch.setattr(freed_memory, "LARGE_SAMPLE", 8)
     pytester.makepyfile("""
         import pytest, torch
 
@@ -126,4 +178,4 @@ def test_under_pytest_the_memory_goes_back_after_each_tests_last_item(pytester, 
     """)
     result = run_pytest("-p", "no:randomly")
     result.assert_outcomes(passed=5)
-    assert trims == [0, 0]
+    assert glibc_calls.count("trim") == 2

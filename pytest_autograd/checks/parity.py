@@ -2,8 +2,8 @@
 
 Forward outputs and every input gradient, under one shared random
 cotangent, with dtype-aware tolerances; integer outputs exactly. Both runs
-are in full float32 (TF32 off: ``Check.times_the_op``). An op that
-does not run on CPU (a Triton or CUDA-only kernel, in its forward or its
+are in full float32 (TF32 off, as in every check that does not time the op:
+``Check.times_the_op``). An op that does not run on CPU (a Triton or CUDA-only kernel, in its forward or its
 backward) has nothing to compare with: skipped, saying why, once its run on
 the device has gone through.
 """

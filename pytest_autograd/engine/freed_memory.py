@@ -1,4 +1,4 @@
-"""While an op's checks run, large tensors reuse memory freed by earlier ones instead of being faulted in afresh.
+"""While an op's checks run on a large sample, its tensors reuse memory freed by earlier ones instead of fresh pages.
 
 A check calls the op dozens of times on float64 copies of the sample.
 glibc serves a block of 32 MiB or more (a float64 tensor of 4M elements)
@@ -17,9 +17,17 @@ test's last item), :func:`give_back` returns the free memory to the system
 one fault it all in again: the battery took twice as long on a GELU of
 256k elements.
 
-Nothing changes where the C library is not glibc, or where the user chose
-glibc's malloc settings (``MALLOC_*_`` variables or ``GLIBC_TUNABLES``):
-those are theirs. ``PYTEST_AUTOGRAD_KEEP_MALLOC=1`` turns this off.
+Only checks on a large sample (a tensor of a million elements or more, 8
+MiB in float64) do this: an op of that size makes blocks past glibc's
+32 MiB cap (its float64 copies and intermediates), and a process that frees
+such tensors has glibc's limits where they are set after the check anyway.
+A process checking only smaller ops keeps glibc's own dynamic limits.
+Nothing changes where the C library is not glibc, where another allocator
+(jemalloc, tcmalloc) is preloaded, or where the user chose glibc's malloc
+settings (``MALLOC_*_`` variables, ``glibc.malloc.*`` in
+``GLIBC_TUNABLES``): those are theirs. ``PYTEST_AUTOGRAD_MALLOPT=0`` turns
+this off. Threads other than the main one are not helped: glibc maps their
+large blocks whatever its settings say.
 """
 
 import ctypes
@@ -29,58 +37,61 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # mallopt's parameters (malloc.h)
+LARGE_SAMPLE = 1 << 20  # elements of a sample tensor from which its checks reuse freed memory
 KEEP_ALL = 2**31 - 1  # the largest trim threshold mallopt takes: freed memory stays in the heap
 DEFAULT_MMAP_MAX = 65536  # glibc's default number of mapped blocks
 SETTLED_MMAP_THRESHOLD = 32 << 20  # the highest mmap threshold glibc's dynamic adjustment reaches (64-bit)
 SETTLED_TRIM_THRESHOLD = 2 * SETTLED_MMAP_THRESHOLD  # glibc keeps the trim threshold at twice the mmap one
 USER_SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
-OFF_SWITCH = "PYTEST_AUTOGRAD_KEEP_MALLOC"
+SWITCH = "PYTEST_AUTOGRAD_MALLOPT"  # 0 (or false, no, off): glibc's settings are never changed
 
 
 @lru_cache(maxsize=None)
-def _mallopt():
-    """glibc's ``mallopt``, or None where its settings are not ours to change."""
-    if os.environ.get(OFF_SWITCH, "") not in ("", "0") or any(name in os.environ for name in USER_SETTINGS):
+def _glibc():
+    """The process's glibc (``mallopt`` and ``malloc_trim`` set up), or None where its settings are not ours to
+    change."""
+    if os.environ.get(SWITCH, "").strip().lower() in ("0", "false", "no", "off"):
         return None
-    if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+    if any(name in os.environ for name in USER_SETTINGS) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
         return None
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
-        mallopt = ctypes.CDLL(None).mallopt
+        process, libc = ctypes.CDLL(None), ctypes.CDLL("libc.so.6")
+        if ctypes.cast(process.malloc, ctypes.c_void_p).value != ctypes.cast(libc.malloc, ctypes.c_void_p).value:
+            return None  # another allocator is preloaded: glibc's settings would not reach it
+        libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     except (OSError, AttributeError):
         return None
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
-
-
-@lru_cache(maxsize=None)
-def _malloc_trim():
-    trim = ctypes.CDLL(None).malloc_trim
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    return libc
 
 
 _kept = False  # a check kept freed memory in the heap since the last give_back
 
 
 @contextmanager
-def reusing_freed_memory():
-    """Every block from the heap, and freed memory kept there, inside; glibc's settled limits after."""
+def reusing_freed_memory(largest_sample):
+    """Inside: every block from the heap and freed memory kept there, when ``largest_sample`` (the elements of the
+    largest sample tensor) is large. After: glibc's settled limits."""
     global _kept
-    mallopt = _mallopt()
-    if mallopt is None:
+    libc = _glibc() if largest_sample >= LARGE_SAMPLE else None
+    if libc is None:
         yield
         return
-    _kept = True
-    mallopt(M_TRIM_THRESHOLD, KEEP_ALL)
-    mallopt(M_MMAP_MAX, 0)
     try:
+        _kept = True
+        if libc.mallopt(M_TRIM_THRESHOLD, KEEP_ALL):
+            libc.mallopt(M_MMAP_MAX, 0)
         yield
     finally:
-        mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
-        mallopt(M_MMAP_THRESHOLD, SETTLED_MMAP_THRESHOLD)
-        mallopt(M_TRIM_THRESHOLD, SETTLED_TRIM_THRESHOLD)
+        _settle(libc)
+
+
+def _settle(libc):
+    libc.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
+    libc.mallopt(M_MMAP_THRESHOLD, SETTLED_MMAP_THRESHOLD)
+    libc.mallopt(M_TRIM_THRESHOLD, SETTLED_TRIM_THRESHOLD)
 
 
 def give_back():
@@ -88,7 +99,9 @@ def give_back():
     global _kept
     if _kept:
         _kept = False
-        _malloc_trim()(0)
+        libc = _glibc()
+        _settle(libc)  # again: a check interrupted while it set them may have left them unsettled
+        libc.malloc_trim(0)
 
 
-__all__ = ["give_back", "reusing_freed_memory"]
+__all__ = ["LARGE_SAMPLE", "give_back", "reusing_freed_memory"]

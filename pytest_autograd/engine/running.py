@@ -55,7 +55,8 @@ def _judged_in_float32_instead(context, failure):
 def _run_once(check, context, reseed):
     try:
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
-                watching_interpreted_dtypes() as untrusted, _judging_mode(check), device_faults.item_on(context.device):
+                watching_interpreted_dtypes() as untrusted, _judging_mode(check, context.case), \
+                device_faults.item_on(context.device):
             if reseed:
                 seed_torch(context.seed)
             expired = call_with_limit(context.case.run_options.seconds, lambda: check.run(context)).expired
@@ -87,14 +88,20 @@ def _run_once(check, context, reseed):
 
 
 @contextmanager
-def _judging_mode(check):
-    """Full float32 (TF32 off) and large tensors reusing freed memory for a check that judges the op; the
-    project's own settings for one that times it."""
+def _judging_mode(check, case):
+    """Full float32 (TF32 off), and on a large sample tensors reusing freed memory, for a check that judges the
+    op; the project's own settings for one that times it."""
     if getattr(check, "times_the_op", False):
         yield
         return
-    with full_float32(), reusing_freed_memory():
+    with full_float32(), reusing_freed_memory(_largest_sample(case)):
         yield
+
+
+def _largest_sample(case):
+    """Elements of the largest tensor among the case's samples."""
+    return max((value.numel() for sample in case.samples for value in (*sample.args, *sample.kwargs.values())
+                if isinstance(value, torch.Tensor)), default=0)
 
 
 def _fault_failure(check, context, phase, error, situation=None):
