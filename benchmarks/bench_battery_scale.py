@@ -32,7 +32,10 @@ so every one of them is a fresh mapping whose pages fault in on first
 touch, and caches no longer hold them; an op's own calls then cost more
 per element at 4M than at 1M, for torch's pair as for the battery.
 ``THP_MEM_ALLOC_ENABLE=1`` (torch's 2 MiB pages for large CPU tensors)
-removes most of the faults; the header says whether it was set.
+removes most of the faults; the header says whether it was set. The
+plugin's checks on a sample of a million elements or more keep freed memory
+in glibc's heap (``engine/freed_memory``); ``PYTEST_AUTOGRAD_MALLOPT=0``
+measures them without.
 
 ``--detection`` instead runs the planted-bug twins at every size and prints
 which check caught each (gradgradcheck must catch the double-backward bugs
@@ -314,7 +317,8 @@ def main(argv=None):
     clock = CLOCKS[args.clock]
     sizes = [parse_size(s) for s in args.sizes]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} time, median of {args.repeat}, "
-          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}", flush=True)
+          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}, "
+          f"PYTEST_AUTOGRAD_MALLOPT={os.environ.get('PYTEST_AUTOGRAD_MALLOPT', 'unset')}", flush=True)
     if args.detection:
         return 1 if detection(args.families, sizes) else 0
     warm_up(args.families)
