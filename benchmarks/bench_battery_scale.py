@@ -33,7 +33,7 @@ touch, and caches no longer hold them; an op's own calls then cost more
 per element at 4M than at 1M, for torch's pair as for the battery.
 ``THP_MEM_ALLOC_ENABLE=1`` (torch's 2 MiB pages for large CPU tensors)
 removes most of the faults; the header says whether it was set. The
-plugin's checks on a sample of a million elements or more keep freed memory
+plugin's checks on a CPU sample of 2**20 elements or more keep freed memory
 in glibc's heap (``engine/freed_memory``); ``PYTEST_AUTOGRAD_MALLOPT=0``
 measures them without.
 

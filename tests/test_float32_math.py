@@ -63,6 +63,8 @@ def test_the_switches_are_restored_when_the_block_raises(restored_afterwards):
 def test_checks_judge_in_full_float32_and_bench_times_the_projects_math_mode(restored_afterwards):
     from pytest_autograd import run_checks
     from pytest_autograd.checks.bench import check as bench
+    from types import SimpleNamespace
+
     from pytest_autograd.engine.case import OpCase
     from pytest_autograd.engine.running import _judging_mode
 
@@ -85,7 +87,7 @@ def test_checks_judge_in_full_float32_and_bench_times_the_projects_math_mode(res
         current_check[:] = [check]
         (outcome,) = run_checks(ReadsTheFlagsInBackward, torch.randn(8), reference=lambda x: x * 2, checks=[check])
         assert outcome.status == "passed", outcome.detail
-    with _judging_mode(bench, OpCase(op=None, samples=[])):
+    with _judging_mode(bench, SimpleNamespace(device="cpu", case=OpCase(op=None, samples=[]))):
         timed = torch.get_float32_matmul_precision()
     assert seen == {check: {"highest"} for check in ("gradcheck", "reference", "precision", "extreme")}
     assert timed == "high"

@@ -5,6 +5,7 @@ settings and the off switch leave glibc alone."""
 import os
 import platform
 import resource
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -123,8 +124,10 @@ def glibc_calls(monkeypatch):
     return calls
 
 
-def case_of(elements):
-    return OpCase(op=None, samples=[Sample(torch.zeros(elements), torch.zeros(3), bias=torch.zeros(2))])
+def item_on(device, *tensors):
+    """What ``_judging_mode`` reads of an item: its device and its case's samples."""
+    sample = Sample(*tensors, torch.zeros(3), None, bias=torch.zeros(2))
+    return SimpleNamespace(device=device, case=OpCase(op=None, samples=[sample]))
 
 
 def test_checks_on_a_large_sample_reuse_freed_memory_and_bench_runs_as_the_project_does(glibc_calls):
@@ -132,18 +135,23 @@ def test_checks_on_a_large_sample_reuse_freed_memory_and_bench_runs_as_the_proje
     from pytest_autograd.checks.gradcheck import check as gradcheck
     from pytest_autograd.engine.running import _judging_mode
 
-    with _judging_mode(bench, case_of(LARGE_SAMPLE)):
+    with _judging_mode(bench, item_on("cpu", torch.zeros(LARGE_SAMPLE))):
         assert glibc_calls == []
-    with _judging_mode(gradcheck, case_of(LARGE_SAMPLE)):
+    with _judging_mode(gradcheck, item_on("cpu", torch.zeros(LARGE_SAMPLE))):
         assert glibc_calls == [freed_memory.M_TRIM_THRESHOLD, freed_memory.M_MMAP_MAX]
     assert glibc_calls[2:] == [freed_memory.M_MMAP_MAX, freed_memory.M_MMAP_THRESHOLD, freed_memory.M_TRIM_THRESHOLD]
 
 
-def test_checks_on_small_samples_never_touch_glibcs_settings(glibc_calls):
+@pytest.mark.parametrize("item", ["small sample", "sparse sample", "item on a GPU"])
+def test_checks_on_small_samples_or_on_a_gpu_never_touch_glibcs_settings(glibc_calls, item):
     from pytest_autograd.checks.gradcheck import check as gradcheck
     from pytest_autograd.engine.running import _judging_mode
 
-    with _judging_mode(gradcheck, case_of(LARGE_SAMPLE - 1)):
+    found = {"small sample": lambda: item_on("cpu", torch.zeros(LARGE_SAMPLE - 1)),
+             "sparse sample": lambda: item_on("cpu", torch.sparse_coo_tensor(
+                 torch.zeros(2, 1, dtype=torch.long), [1.0], (1 << 16, 1 << 16), check_invariants=True)),
+             "item on a GPU": lambda: item_on("cuda", torch.zeros(LARGE_SAMPLE))}[item]()
+    with _judging_mode(gradcheck, found):
         pass
     give_back()
     assert glibc_calls == []

@@ -14,20 +14,23 @@ free), and what the check freed stays in the heap for the op's next check.
 When the op's last check ends (``run_checks`` returns, pytest tears down a
 test's last item), :func:`give_back` returns the free memory to the system
 (``malloc_trim``). Giving it back after every check instead made the next
-one fault it all in again: the battery took twice as long on a GELU of
-256k elements.
+one fault it all in again: the battery took 1.6 times as long on a GELU of
+1M elements.
 
-Only checks on a large sample (a tensor of a million elements or more, 8
-MiB in float64) do this: an op of that size makes blocks past glibc's
-32 MiB cap (its float64 copies and intermediates), and a process that frees
-such tensors has glibc's limits where they are set after the check anyway.
-A process checking only smaller ops keeps glibc's own dynamic limits.
-Nothing changes where the C library is not glibc, where another allocator
-(jemalloc, tcmalloc) is preloaded, or where the user chose glibc's malloc
-settings (``MALLOC_*_`` variables, ``glibc.malloc.*`` in
-``GLIBC_TUNABLES``): those are theirs. ``PYTEST_AUTOGRAD_MALLOPT=0`` turns
-this off. Threads other than the main one are not helped: glibc maps their
-large blocks whatever its settings say.
+Only checks on the CPU with a large sample (a strided tensor of 2**20
+elements or more, 8 MiB in float64) do this: from there an op's float64
+intermediates pass glibc's 32 MiB cap (attention's scores at 2**20 elements
+per argument are 64 MiB). A process checking only smaller ops, or only on a
+GPU, keeps glibc's own dynamic limits, which any ``mallopt`` call turns off
+for good. Nothing changes where the C library is not glibc, where another
+allocator (jemalloc, tcmalloc) is preloaded, or where the user chose glibc's
+malloc settings (``MALLOC_MMAP_MAX_``, ``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``glibc.malloc.*`` in
+``GLIBC_TUNABLES``): those are theirs. ``PYTEST_AUTOGRAD_MALLOPT=0`` (or
+``false``, ``no``, ``off``) turns this off. Threads other than the main one
+are not helped: glibc maps their large blocks whatever its settings say.
+The cost is memory: the heap holds freed blocks a later, differently sized
+one cannot use, so an op's checks peak at 1.5x to 2x the memory.
 """
 
 import ctypes
@@ -37,7 +40,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # mallopt's parameters (malloc.h)
-LARGE_SAMPLE = 1 << 20  # elements of a sample tensor from which its checks reuse freed memory
+LARGE_SAMPLE = 1 << 20  # elements of a sample tensor from which the checks on it reuse freed memory
 KEEP_ALL = 2**31 - 1  # the largest trim threshold mallopt takes: freed memory stays in the heap
 DEFAULT_MMAP_MAX = 65536  # glibc's default number of mapped blocks
 SETTLED_MMAP_THRESHOLD = 32 << 20  # the highest mmap threshold glibc's dynamic adjustment reaches (64-bit)
@@ -54,7 +57,7 @@ def _glibc():
         return None
     if any(name in os.environ for name in USER_SETTINGS) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
         return None
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if platform.system() != "Linux" or not _glibc_version():
         return None
     try:
         process, libc = ctypes.CDLL(None), ctypes.CDLL("libc.so.6")
@@ -67,28 +70,36 @@ def _glibc():
     return libc
 
 
-_kept = False  # a check kept freed memory in the heap since the last give_back
+def _glibc_version():
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; None or an error elsewhere
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+_kept_by = None  # the glibc whose heap a check kept freed memory in since the last give_back
 
 
 @contextmanager
-def reusing_freed_memory(largest_sample):
-    """Inside: every block from the heap and freed memory kept there, when ``largest_sample`` (the elements of the
-    largest sample tensor) is large. After: glibc's settled limits."""
-    global _kept
-    libc = _glibc() if largest_sample >= LARGE_SAMPLE else None
+def reusing_freed_memory(largest_numel):
+    """Inside: every block from the heap and freed memory kept there, when ``largest_numel`` (the elements of the
+    largest CPU sample tensor) is large. After: glibc's settled limits."""
+    global _kept_by
+    libc = _glibc() if largest_numel >= LARGE_SAMPLE else None
     if libc is None:
         yield
         return
     try:
-        _kept = True
-        if libc.mallopt(M_TRIM_THRESHOLD, KEEP_ALL):
-            libc.mallopt(M_MMAP_MAX, 0)
+        _kept_by = libc
+        libc.mallopt(M_TRIM_THRESHOLD, KEEP_ALL)
+        libc.mallopt(M_MMAP_MAX, 0)
         yield
     finally:
         _settle(libc)
 
 
 def _settle(libc):
+    """glibc's limits where its own dynamic ones settle in a process that frees large tensors."""
     libc.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
     libc.mallopt(M_MMAP_THRESHOLD, SETTLED_MMAP_THRESHOLD)
     libc.mallopt(M_TRIM_THRESHOLD, SETTLED_TRIM_THRESHOLD)
@@ -96,10 +107,9 @@ def _settle(libc):
 
 def give_back():
     """Return to the system the free memory the checks kept in the heap: the op's last check is done."""
-    global _kept
-    if _kept:
-        _kept = False
-        libc = _glibc()
+    global _kept_by
+    libc, _kept_by = _kept_by, None
+    if libc is not None:
         _settle(libc)  # again: a check interrupted while it set them may have left them unsettled
         libc.malloc_trim(0)
 

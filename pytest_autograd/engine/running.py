@@ -55,7 +55,7 @@ def _judged_in_float32_instead(context, failure):
 def _run_once(check, context, reseed):
     try:
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
-                watching_interpreted_dtypes() as untrusted, _judging_mode(check, context.case), \
+                watching_interpreted_dtypes() as untrusted, _judging_mode(check, context), \
                 device_faults.item_on(context.device):
             if reseed:
                 seed_torch(context.seed)
@@ -88,20 +88,24 @@ def _run_once(check, context, reseed):
 
 
 @contextmanager
-def _judging_mode(check, case):
-    """Full float32 (TF32 off), and on a large sample tensors reusing freed memory, for a check that judges the
-    op; the project's own settings for one that times it."""
+def _judging_mode(check, context):
+    """Full float32 (TF32 off), and on a large CPU sample tensors reusing freed memory, for a check that judges
+    the op; the project's own settings for one that times it."""
     if getattr(check, "times_the_op", False):
         yield
         return
-    with full_float32(), reusing_freed_memory(_largest_sample(case)):
+    with full_float32(), reusing_freed_memory(_largest_cpu_sample(context)):
         yield
 
 
-def _largest_sample(case):
-    """Elements of the largest tensor among the case's samples."""
-    return max((value.numel() for sample in case.samples for value in (*sample.args, *sample.kwargs.values())
-                if isinstance(value, torch.Tensor)), default=0)
+def _largest_cpu_sample(context):
+    """Elements of the largest strided CPU tensor among the case's samples; 0 for an item on another device, whose
+    large tensors the host's malloc never holds."""
+    if str(context.device) != "cpu":
+        return 0
+    values = (value for sample in context.case.samples for value in (*sample.args, *sample.kwargs.values()))
+    return max((value.numel() for value in values if isinstance(value, torch.Tensor)
+                and value.device.type == "cpu" and value.layout == torch.strided), default=0)
 
 
 def _fault_failure(check, context, phase, error, situation=None):

@@ -349,4 +349,3 @@ def pytest_runtest_teardown(item, nextitem):
     """The memory the checks of one test kept for one another goes back to the system after its last item."""
     if ends_its_test(item, nextitem):
         freed_memory.give_back()
-
