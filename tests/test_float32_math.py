@@ -61,10 +61,10 @@ def test_the_switches_are_restored_when_the_block_raises(restored_afterwards):
 
 
 def test_checks_judge_in_full_float32_and_bench_times_the_projects_math_mode(restored_afterwards):
-    from pytest_autograd import run_checks
-    from pytest_autograd.checks.bench import check as bench
     from types import SimpleNamespace
 
+    from pytest_autograd import run_checks
+    from pytest_autograd.checks.bench import check as bench
     from pytest_autograd.engine.case import OpCase
     from pytest_autograd.engine.running import _judging_mode
 

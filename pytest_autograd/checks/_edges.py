@@ -54,7 +54,7 @@ class Outside:
 def differentiated_slots(case, sample):
     """Slots of the floating tensor arguments the checks differentiate (all but ``constants=``)."""
     slots = [i for i, a in enumerate(sample.args)] + list(sample.kwargs)
-    values = list(sample.args) + list(sample.kwargs.values())
+    values = sample.values()
     return {slot for slot, value in zip(slots, values)
             if isinstance(value, torch.Tensor) and value.is_floating_point() and slot not in case.constant_slots}
 

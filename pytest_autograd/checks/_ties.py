@@ -137,7 +137,7 @@ def tie_free_sample(case, sample, generator):
     values, far above the rounding of float32.
     """
     slots = [i for i, a in enumerate(sample.args)] + list(sample.kwargs)
-    values = list(sample.args) + list(sample.kwargs.values())
+    values = sample.values()
     chosen = [(slot, value) for slot, value in zip(slots, values)
               if isinstance(value, torch.Tensor) and value.is_floating_point() and slot not in case.constant_slots]
     if not chosen:

@@ -67,7 +67,7 @@ def check_dtypes(case, device):
 
 def samples_dtypes(case):
     """The floating dtypes the samples' tensors are in, as given."""
-    return {value.dtype for sample in case.samples for value in list(sample.args) + list(sample.kwargs.values())
+    return {value.dtype for sample in case.samples for value in sample.values()
             if isinstance(value, torch.Tensor) and value.is_floating_point()}
 
 

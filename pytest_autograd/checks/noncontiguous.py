@@ -189,7 +189,7 @@ class NonContiguous(Check):
 
     def applies(self, case, device):
         for sample in case.samples:
-            for value in list(sample.args) + list(sample.kwargs.values()):
+            for value in sample.values():
                 if isinstance(value, torch.Tensor) and value.numel() > 1:
                     return None
         return "every tensor argument has at most one element: no layout can make it non-contiguous"

@@ -117,7 +117,7 @@ def other_dtype_copies(sample):
     """
     from pytest_autograd.checks._transforms import cast_sample
 
-    own = next((value.dtype for value in list(sample.args) + list(sample.kwargs.values())
+    own = next((value.dtype for value in sample.values()
                 if isinstance(value, torch.Tensor) and value.is_floating_point()), None)
     if own is None:  # nothing to cast (complex and integer tensors keep their dtype)
         return []

@@ -20,6 +20,10 @@ class Sample:
         self.args = tuple(args)
         self.kwargs = dict(kwargs)
 
+    def values(self):
+        """Every argument, positional then keyword."""
+        return [*self.args, *self.kwargs.values()]
+
     def replace(self, args=None, kwargs=None):
         return Sample(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
 
@@ -266,7 +270,7 @@ def normalise_samples(returned, where):
 def _validate_sample(sample, index, where):
     import torch
 
-    values = list(sample.args) + list(sample.kwargs.values())
+    values = sample.values()
     for position, value in enumerate(values):
         if type(value).__module__ == "numpy" and hasattr(value, "shape"):
             raise UsageProblem(

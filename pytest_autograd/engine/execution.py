@@ -27,7 +27,7 @@ def is_differentiable_dtype(tensor):
 def floating_tensors(sample):
     """The sample's differentiable tensor arguments, positional then keyword: floating, and complex ones
     (each differentiated as a pair of reals, see complex_views)."""
-    return [value for value in list(sample.args) + list(sample.kwargs.values())
+    return [value for value in sample.values()
             if is_differentiable_dtype(value) or (isinstance(value, torch.Tensor) and value.is_complex())]
 
 

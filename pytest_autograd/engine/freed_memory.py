@@ -35,7 +35,6 @@ one cannot use, so an op's checks peak at 1.5x to 2x the memory.
 
 import ctypes
 import os
-import platform
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -57,7 +56,7 @@ def _glibc():
         return None
     if any(name in os.environ for name in USER_SETTINGS) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
         return None
-    if platform.system() != "Linux" or not _glibc_version():
+    if not _glibc_version().startswith("glibc"):
         return None
     try:
         process, libc = ctypes.CDLL(None), ctypes.CDLL("libc.so.6")
@@ -71,10 +70,11 @@ def _glibc():
 
 
 def _glibc_version():
+    """"glibc 2.36" where the C library is glibc; "" elsewhere (musl, macOS, Windows)."""
     try:
-        return os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"; None or an error elsewhere
+        return os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (AttributeError, ValueError, OSError):
-        return None
+        return ""
 
 
 _kept_by = None  # the glibc whose heap a check kept freed memory in since the last give_back

@@ -132,7 +132,7 @@ def judged_dtypes(captured):
 
 def first_floating_dtype(sample):
     """The dtype of the sample's first floating tensor argument (None without one)."""
-    for value in list(sample.args) + list(sample.kwargs.values()):
+    for value in sample.values():
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             return value.dtype
     return None

@@ -119,7 +119,7 @@ def _floating_dtype(sample):
     """The dtype of the sample's first floating tensor: parameters follow their inputs' precision."""
     import torch
 
-    for value in list(sample.args) + list(sample.kwargs.values()):
+    for value in sample.values():
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             return value.dtype
     return None

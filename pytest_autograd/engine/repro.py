@@ -30,7 +30,7 @@ def write_repro(directory, stem, case, sample, locus, report, device, title):
     """Write the script and its tensors for ``report``'s failure, recomputed on ``sample`` where ``locus`` says
     (see checks/_loci.py); return (the script's path, None), or (None, a sentence saying why there is none)."""
     if locus is None:
-        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in list(sample.args) + list(sample.kwargs.values())):
+        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in sample.values()):
             return None, "complex arguments: the check differentiates their real views, which a script does not replay"
         return None, "no script for this kind of failure (it holds no single element to recompute)"
     if locus["kind"] == "compare" and locus.get("expected_fn") is None:

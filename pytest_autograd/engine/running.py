@@ -103,7 +103,7 @@ def _largest_cpu_sample(context):
     large tensors the host's malloc never holds."""
     if str(context.device) != "cpu":
         return 0
-    values = (value for sample in context.case.samples for value in (*sample.args, *sample.kwargs.values()))
+    values = (value for sample in context.case.samples for value in sample.values())
     return max((value.numel() for value in values if isinstance(value, torch.Tensor)
                 and value.device.type == "cpu" and value.layout == torch.strided), default=0)
 

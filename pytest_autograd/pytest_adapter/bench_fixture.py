@@ -67,7 +67,7 @@ def regression_message(what, state, lines):
 
 
 def _device(sample):
-    for value in list(sample.args) + list(sample.kwargs.values()):
+    for value in sample.values():
         if isinstance(value, torch.Tensor):
             return str(value.device)
     return "cpu"
