@@ -412,6 +412,90 @@ def test_correct_ops_with_shape_constraints_never_fail(op, samples, options):
     assert outcome.status in ("passed", "skipped"), outcome.detail
 
 
+# ---------------------------------------------------------------------------
+# A large square sample: each dim varied apart, unless the op needs them equal
+# ---------------------------------------------------------------------------
+
+
+class SquareProduct(torch.autograd.Function):
+    """``x @ x``, for square ``x`` only (it raises otherwise, as a square-matrix kernel does)."""
+
+    wrong_at_odd_sizes = False
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.dim() != 2 or x.shape[0] != x.shape[1]:
+            raise ValueError(f"x must be square, got {tuple(x.shape)}")
+        ctx.save_for_backward(x)
+        return x @ x
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        (x,) = ctx.saved_tensors
+        grad_x = grad @ x.mT + x.mT @ grad
+        return grad_x * 1.01 if cls.wrong_at_odd_sizes and x.shape[0] % 2 else grad_x
+
+
+class SquareProductWrongAtOddSizes(SquareProduct):
+    """Bug: the gradient is scaled at odd sizes (a kernel's odd-size path), which the even sample never takes."""
+
+    wrong_at_odd_sizes = True
+
+
+def square_product_reference(x):
+    return x @ x
+
+
+def test_a_large_square_sample_varies_each_dim_with_the_other_cut_instead_of_both_at_full_size():
+    from pytest_autograd.checks._size_variants import CUT_ELEMENTS, axes_of, cut_base, variant
+    from pytest_autograd.engine.case import build_case
+
+    case = build_case({"op": lambda x: x.tanh()}, [Sample(torch.randn(256, 256))])
+    sample = case.samples[0]
+    axes = axes_of(case, sample, {})
+    assert [[p.describe() for p in axis.places] for axis in axes] == [["dim 1 of `x`"], ["dim 0 of `x`"]]
+    for axis in axes:
+        assert [p.describe() for p in axis.linked.places] == ["dim 0 of `x`", "dim 1 of `x`"]
+        (grown,) = variant(case, cut_base(case, sample, axis), axis, 257, torch.Generator().manual_seed(0)).args
+        dim = axis.places[0].dim
+        assert grown.shape[dim] == 257 and grown.shape[1 - dim] < 256, grown.shape
+        assert grown.numel() <= CUT_ELEMENTS * 257 / 256
+
+
+def test_a_tail_bug_along_the_rows_of_a_large_square_sample_is_caught_on_a_variant_with_fewer_rows():
+    from reference_ops.sizes import TiledSoftmaxTailReadsNextRow, softmax_reference
+
+    outcome = sizes_outcome(TiledSoftmaxTailReadsNextRow, [Sample(torch.randn(192, 192))],
+                            reference=softmax_reference)
+    assert outcome.status == "failed"
+    assert "output is wrong when dim 1 of `x` (size 192 in your sample) is 193" in outcome.detail
+    assert "judged with the other sizes cut to keep the variant small (dim 0 of `x` cut from 192 to 48)" \
+        in outcome.detail
+
+
+def test_an_op_that_needs_a_square_sample_is_judged_with_both_dims_changed_together():
+    outcome = sizes_outcome(SquareProduct, [Sample(torch.randn(160, 160))], reference=square_product_reference)
+    assert outcome.status == "passed", outcome.detail
+    assert ("sizes: dim 0 of `x` (size 160 in your sample) and dim 1 of `x`: the op refuses some sizes with them "
+            "changed apart, so those are tried with them changed together") in outcome.detail
+    assert "not judged there" not in outcome.detail, "the sizes refused apart are judged together, not noted"
+
+
+def test_a_square_only_op_wrong_at_odd_sizes_is_caught_with_both_dims_changed_together():
+    outcome = sizes_outcome(SquareProductWrongAtOddSizes, [Sample(torch.randn(160, 160))],
+                            reference=square_product_reference)
+    assert outcome.status == "failed"
+    assert "gradient w.r.t. `x` is wrong when dim 0 (size 160 in your sample) is 161" in outcome.detail
+    assert "changed together: dim 0 of `x`, dim 1 of `x`" in outcome.detail
+
+
+def test_a_square_weight_beside_a_large_input_is_judged_whichever_of_its_dims_the_bias_follows():
+    outcome = sizes_outcome(torch.nn.functional.linear, [Sample(torch.randn(200, 96), torch.randn(96, 96),
+                                                               torch.randn(96))])
+    assert outcome.status == "passed", outcome.detail
+    assert "changed together" in outcome.detail
+
+
 def test_a_size_that_an_integer_tensor_holds_as_a_value_is_kept_and_noted():
     def segment_sums(x, cu_seqlens):
         return torch.stack([x[int(a):int(b)].sum(0) for a, b in zip(cu_seqlens[:-1], cu_seqlens[1:])])
