@@ -68,17 +68,29 @@ def _big_dims(tensor):
 
 
 def _laid_out(tensor, storage_elements, offset, strides):
-    """``tensor``'s values in a fresh zeroed storage of ``storage_elements``, at ``offset`` with ``strides``: one
-    allocation, and not a view of another tensor.
+    """``tensor``'s values in a fresh storage of ``storage_elements``, at ``offset`` with ``strides``, zeros in the
+    elements between them: one allocation, and not a view of another tensor.
 
     The layouts are about strides; being a view is another matter, with rules of
     its own in autograd (a Function that modifies a view in place may return
     only one output), which a correct op that never sees views may break.
     """
-    base = torch.zeros(storage_elements, dtype=tensor.dtype, device=tensor.device)
+    fills = torch.empty if storage_elements == tensor.numel() else torch.zeros  # no element between the values
+    base = fills(storage_elements, dtype=tensor.dtype, device=tensor.device)
     laid = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     laid.set_(base.untyped_storage(), offset, tensor.shape, strides)
     return laid.copy_(tensor)
+
+
+def _in_order(tensor, order):
+    """``tensor`` laid out with its dims in memory in ``order`` (outermost first), as ``_laid_out`` makes it (a
+    fresh tensor, not a view, whose gradient flows back to ``tensor``). Copying element by element into
+    transposed strides takes four times as long on a 1024 x 1024 tensor as torch's own permuted ``contiguous()``,
+    blocked for the cache, which lays the values out in that order first: the last copy then runs straight
+    through memory."""
+    packed = tensor.permute(order).contiguous()
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return _laid_out(packed.permute(inverse), tensor.numel(), 0, _strides(tensor.shape, order))
 
 
 def _strides(shape, order):
@@ -93,8 +105,7 @@ def _strides(shape, order):
 def transposed(tensor):
     if _big_dims(tensor) < 2:
         return None
-    order = list(reversed(range(tensor.dim())))
-    return _laid_out(tensor, tensor.numel(), 0, _strides(tensor.shape, order))
+    return _in_order(tensor, list(reversed(range(tensor.dim()))))
 
 
 def sliced(tensor):
@@ -134,7 +145,7 @@ def permuted(tensor):
         return None
     order = list(range(tensor.dim()))
     order[big[0]], order[big[1]] = order[big[1]], order[big[0]]
-    return _laid_out(tensor, tensor.numel(), 0, _strides(tensor.shape, order))
+    return _in_order(tensor, order)
 
 
 def channels_last(tensor):
