@@ -396,13 +396,14 @@ def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None,
 
 def _holds_everything(expected, got, info):
     """(whether every expected value fits the dtype and every got value is finite, max |expected|), by reductions
-    that allocate nothing: a sum is finite only when every term is (a finite sum that overflows is sent to the
-    masks, which decide)."""
+    that allocate nothing: the least and the largest value are NaN when any is, and infinite when any is (one
+    pass in the tensor's own dtype, a tenth of what a float64 sum of float32 values costs)."""
     if not expected.numel():
         return True, 0.0
     low, high = (float(v) for v in torch.aminmax(expected))  # one pass; NaN when any is NaN
     peak = max(high, -low) if high == high and low == low else math.nan
-    return peak <= info.max and math.isfinite(float(got.sum(dtype=torch.float64))), peak
+    finite = not got.numel() or all(math.isfinite(float(v)) for v in torch.aminmax(got))
+    return peak <= info.max and finite, peak
 
 
 def _short(error):
