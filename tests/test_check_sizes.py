@@ -412,88 +412,77 @@ def test_correct_ops_with_shape_constraints_never_fail(op, samples, options):
     assert outcome.status in ("passed", "skipped"), outcome.detail
 
 
-# ---------------------------------------------------------------------------
-# A large square sample: each dim varied apart, unless the op needs them equal
-# ---------------------------------------------------------------------------
-
-
-class SquareProduct(torch.autograd.Function):
-    """``x @ x``, for square ``x`` only (it raises otherwise, as a square-matrix kernel does)."""
-
-    wrong_at_odd_sizes = False
+class DiagonalOfSquare(torch.autograd.Function):
+    """The diagonal of a square matrix; backward ``diag_embed`` assumes the input was square, and nothing checks."""
 
     @staticmethod
-    def forward(ctx, x):
-        if x.dim() != 2 or x.shape[0] != x.shape[1]:
-            raise ValueError(f"x must be square, got {tuple(x.shape)}")
-        ctx.save_for_backward(x)
-        return x @ x
+    def forward(ctx, a):
+        return a.diagonal(dim1=-2, dim2=-1).clone()
 
-    @classmethod
-    def backward(cls, ctx, grad):
-        (x,) = ctx.saved_tensors
-        grad_x = grad @ x.mT + x.mT @ grad
-        return grad_x * 1.01 if cls.wrong_at_odd_sizes and x.shape[0] % 2 else grad_x
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.diag_embed(grad)
 
 
-class SquareProductWrongAtOddSizes(SquareProduct):
-    """Bug: the gradient is scaled at odd sizes (a kernel's odd-size path), which the even sample never takes."""
-
-    wrong_at_odd_sizes = True
-
-
-def square_product_reference(x):
-    return x @ x
+def _rows_softmax(x, n_rows):  # a wrapper launching one program per row, told the row count
+    out = torch.zeros_like(x)
+    out[:n_rows] = x[:n_rows].softmax(-1)
+    return out
 
 
-def test_a_large_square_sample_varies_each_dim_with_the_other_cut_instead_of_both_at_full_size():
-    from pytest_autograd.checks._size_variants import CUT_ELEMENTS, axes_of, cut_base, variant
-    from pytest_autograd.engine.case import build_case
-
-    case = build_case({"op": lambda x: x.tanh()}, [Sample(torch.randn(256, 256))])
-    sample = case.samples[0]
-    axes = axes_of(case, sample, {})
-    assert [[p.describe() for p in axis.places] for axis in axes] == [["dim 1 of `x`"], ["dim 0 of `x`"]]
-    for axis in axes:
-        assert [p.describe() for p in axis.linked.places] == ["dim 0 of `x`", "dim 1 of `x`"]
-        (grown,) = variant(case, cut_base(case, sample, axis), axis, 257, torch.Generator().manual_seed(0)).args
-        dim = axis.places[0].dim
-        assert grown.shape[dim] == 257 and grown.shape[1 - dim] < 256, grown.shape
-        assert grown.numel() <= CUT_ELEMENTS * 257 / 256
+def _causal_softmax(x):  # masks column > row of its own (rows, columns)
+    keep = torch.ones(x.shape[-2:], dtype=torch.bool).tril()
+    return x.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-def test_a_tail_bug_along_the_rows_of_a_large_square_sample_is_caught_on_a_variant_with_fewer_rows():
-    from reference_ops.sizes import TiledSoftmaxTailReadsNextRow, softmax_reference
-
-    outcome = sizes_outcome(TiledSoftmaxTailReadsNextRow, [Sample(torch.randn(192, 192))],
-                            reference=softmax_reference)
-    assert outcome.status == "failed"
-    assert "output is wrong when dim 1 of `x` (size 192 in your sample) is 193" in outcome.detail
-    assert "judged with the other sizes cut to keep the variant small (dim 0 of `x` cut from 192 to 48)" \
-        in outcome.detail
+def _causal_reference(x):  # builds the (n, n) mask from the last dim, so it broadcasts over a single row
+    n = x.shape[-1]
+    return x.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
 
 
-def test_an_op_that_needs_a_square_sample_is_judged_with_both_dims_changed_together():
-    outcome = sizes_outcome(SquareProduct, [Sample(torch.randn(160, 160))], reference=square_product_reference)
+@pytest.mark.parametrize("op, sample, reference", [
+    pytest.param(DiagonalOfSquare.apply, Sample(torch.randn(160, 160)), lambda a: a.diagonal(), id="diagonal"),
+    pytest.param(_rows_softmax, Sample(torch.randn(160, 160), 160), lambda x, n_rows: x.softmax(-1),
+                 id="an int for the leading dim"),
+    pytest.param(_causal_softmax, Sample(torch.randn(2, 128, 128)), _causal_reference, id="causal mask"),
+    pytest.param(lambda r: r.diagonal(dim1=-2, dim2=-1).sum(-1), Sample(torch.randn(4096, 3, 3)),
+                 lambda r: r.diagonal(dim1=-2, dim2=-1).sum(-1), id="many small square matrices"),
+])
+def test_ops_that_assume_equal_dims_of_a_large_square_sample_are_never_failed_for_it(op, sample, reference):
+    # Sizes match by value: the dims of a square sample change together even on a large sample, where
+    # changing them apart (cheaper: the other could be cut) gives shapes these ops never meant to accept.
+    outcome = sizes_outcome(op, [sample], reference=reference)
     assert outcome.status == "passed", outcome.detail
-    assert ("sizes: dim 0 of `x` (size 160 in your sample) and dim 1 of `x`: the op refuses some sizes with them "
-            "changed apart, so those are tried with them changed together") in outcome.detail
-    assert "not judged there" not in outcome.detail, "the sizes refused apart are judged together, not noted"
 
 
-def test_a_square_only_op_wrong_at_odd_sizes_is_caught_with_both_dims_changed_together():
-    outcome = sizes_outcome(SquareProductWrongAtOddSizes, [Sample(torch.randn(160, 160))],
-                            reference=square_product_reference)
+def _bmm_wrong_at_an_odd_batch(a, b):
+    out = torch.bmm(a, b)
+    return out * 1.01 if a.shape[0] % 2 else out
+
+
+def _attention_wrong_at_an_odd_head_dim(q, k, v, mask):
+    out = torch.softmax(q @ k.mT + mask, -1) @ v
+    return out * 1.01 if q.shape[-1] % 2 else out
+
+
+def _attention(q, k, v, mask):
+    return torch.softmax(q @ k.mT + mask, -1) @ v
+
+
+def test_a_batch_bug_of_a_batched_square_matmul_is_caught_on_a_large_sample():
+    outcome = sizes_outcome(_bmm_wrong_at_an_odd_batch, [Sample(torch.randn(2, 128, 128), torch.randn(2, 128, 128))],
+                            reference=torch.bmm)
     assert outcome.status == "failed"
-    assert "gradient w.r.t. `x` is wrong when dim 0 (size 160 in your sample) is 161" in outcome.detail
-    assert "changed together: dim 0 of `x`, dim 1 of `x`" in outcome.detail
+    assert "output is wrong when dim 0 of `a` (size 2 in your sample) is 3" in outcome.detail
 
 
-def test_a_square_weight_beside_a_large_input_is_judged_whichever_of_its_dims_the_bias_follows():
-    outcome = sizes_outcome(torch.nn.functional.linear, [Sample(torch.randn(200, 96), torch.randn(96, 96),
-                                                               torch.randn(96))])
-    assert outcome.status == "passed", outcome.detail
-    assert "changed together" in outcome.detail
+def test_a_head_dim_bug_of_attention_with_a_square_mask_per_batch_is_caught():
+    q, k, v = (torch.randn(2, 128, 64) for _ in range(3))
+    mask = torch.full((128, 128), float("-inf")).triu(1).expand(2, 128, 128).clone()
+    outcome = sizes_outcome(_attention_wrong_at_an_odd_head_dim, [Sample(q, k, v, mask)], reference=_attention,
+                            constants=("mask",))
+    assert outcome.status == "failed"
+    assert "output is wrong when dim 2 of `q` (size 64 in your sample) is 65" in outcome.detail
 
 
 def test_a_size_that_an_integer_tensor_holds_as_a_value_is_kept_and_noted():

@@ -21,10 +21,7 @@ variants are taken with the *other* sizes cut (halved, never below
 at any number of rows, so each variant costs a few thousand elements, not a
 few million; the sample's own sizes are the other checks' to judge. A size
 already spanning several blocks (``LARGE_FLOOR`` or more) gets no
-several-blocks variant. A size one tensor of a large sample has at several
-dims (a square ``(1024, 1024)`` activation) is varied at each dim position
-on its own, the other cut, and with every dim together only where the op
-refuses that (``split_coincident``).
+several-blocks variant.
 """
 
 import math
@@ -73,13 +70,6 @@ class Axis:
     sizes: list = field(default_factory=list)  # (new size, kind) pairs
     fixed: str = None  # why the size is kept, or None
     cuts: list = field(default_factory=list)  # (other Axis, smaller size): where its variants are taken
-    group: int = None  # a size split by dim position (see ``split_coincident``): the position its dims share
-    linked: "Axis" = None  # ... and the size with every place changed together, judged if the op refuses the parts
-
-    @property
-    def key(self):
-        """What tells this axis from the others of its sample: its size, and its dim position once split."""
-        return self.size if self.group is None else (self.size, self.group)
 
     @property
     def tensor_places(self):
@@ -158,59 +148,13 @@ def axes_of(case, sample, requested):
         else:
             axis.fixed = _held_as_value(case, tensors, size)
         axes.append(axis)
-    derived = [axis for axis in axes if axis.fixed is None and not axis.sizes]
-    _derive(tensors, axes, derived)
-    if max((value.numel() for _, _, value in tensors), default=0) > CUT_ELEMENTS:
-        axes = split_coincident(tensors, axes, derived)
+    for axis in axes:
+        if axis.fixed is None and not axis.sizes:
+            axis.cuts = cuts_for(tensors, axes, axis)
+            largest = variant_numel(tensors, axis, axis.size, axis.cuts)
+            axis.sizes = derived_sizes(axis.size, lambda m, axis=axis: variant_numel(tensors, axis, m, axis.cuts),
+                                       largest)
     return axes
-
-
-def _derive(tensors, axes, derived):
-    """Each axis of ``derived`` gets its cuts (against ``axes``) and the sizes it is tried at."""
-    for axis in derived:
-        axis.cuts = cuts_for(tensors, axes, axis)
-        largest = variant_numel(tensors, axis, axis.size, axis.cuts)
-        axis.sizes = derived_sizes(axis.size, lambda m, axis=axis: variant_numel(tensors, axis, m, axis.cuts),
-                                   largest)
-
-
-def split_coincident(tensors, axes, derived):
-    """``axes`` with each derived size that one tensor has at several dims split by dim position.
-
-    A square activation, ``x`` of ``(1024, 1024)``, has one distinct size at
-    two unrelated dims: changed together, every variant is as large as the
-    sample and no other size is left to cut. Split, each dim position
-    (counted from the end; int arguments equal to the size go with the last
-    dims, as ``normalized_shape`` does) is varied on its own with the other
-    cut, as the dims of a ``(256, 1024)`` sample are. An op that needs the
-    dims equal (a square matrix) refuses every split variant; each part
-    keeps the size changed together as ``linked``, judged then.
-    """
-    parts = {}
-    for axis in derived:
-        groups = _by_position(tensors, axis)
-        if groups:
-            parts[id(axis)] = [Axis(axis.size, places, group=position, linked=axis) for position, places in groups]
-    if not parts:
-        return axes
-    split = [part for axis in axes for part in parts.get(id(axis), [axis])]
-    derived_ids = {id(axis) for axis in derived}  # their cuts are now taken against the parts
-    _derive(tensors, split, [part for part in split if part.linked is not None or id(part) in derived_ids])
-    return split
-
-
-def _by_position(tensors, axis):
-    """[(dim position from the end, places)] of an axis one tensor has at several dims, last dims first; else None."""
-    ndim = {slot: len(shape) for slot, shape, _ in tensors}
-    slots = [place.slot for place in axis.tensor_places]
-    if len(slots) == len(set(slots)):
-        return None
-    groups = {}
-    for place in axis.tensor_places:
-        groups.setdefault(place.dim - ndim[place.slot], []).append(place)
-    last = max(groups)
-    groups[last] += [place for place in axis.places if place.dim is None]
-    return sorted(groups.items(), reverse=True)
 
 
 def cuts_for(tensors, axes, axis):

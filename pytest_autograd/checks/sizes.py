@@ -17,7 +17,6 @@ On a large sample the other sizes are cut while one size is varied (see
 ``_size_variants``), so the check costs about the same at any sample size.
 """
 
-import itertools
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -107,7 +106,7 @@ class Sizes(Check):
                     context.note(f"sizes: {_dim(axis)} (size {axis.size} in your sample) kept: {axis.fixed}")
         context.sample_index = None
         run = _Run(context, axes)
-        for task in itertools.chain(tasks, run.linked_tasks()):
+        for task in tasks:
             verdict = run.judge(task)
             if verdict is not None and verdict.status == WRONG:
                 run.notes_out()
@@ -125,50 +124,19 @@ class _Run:
         seconds = context.case.run_options.seconds if context.case.run_options is not None else None
         self.deadline = time.monotonic() + (min(SECONDS, 0.5 * seconds) if seconds else SECONDS)
         self.judges, self.first_seconds, self.stopped = {}, {}, {}
-        self.seen = {}  # (index, axis key) -> {size: Verdict}
+        self.seen = {}  # (index, axis size) -> {size: Verdict}
         self.extra_notes = []
         self.reduced = []  # (task, what was done, why): several-blocks sizes made smaller for time
         self.judged = 0
         self.unrun = []
         self.sample_checked = set()  # samples whose own run was checked after a refused variant
-        self.bases = {}  # (index, axis key) -> the sample with that axis' cuts
-        self.variants = {}  # (index, axis key, size) -> the last variant made (timed, then judged)
+        self.bases = {}  # (index, axis size) -> the sample with that axis' cuts
+        self.variants = {}  # (index, axis size, size) -> the last variant made (timed, then judged)
         self.sample_verdicts = {}  # index -> the Verdict at the sample itself (judged only to explain a failure)
-        self.merged = set()  # (index, axis key) of split parts refused throughout: their linked size is judged
-
-    def axis_of(self, index, key):
-        """Sample ``index``'s axis of ``key``: one of its axes, or the size a split one keeps linked."""
-        for axis in self.axes[index]:
-            for candidate in (axis, axis.linked):
-                if candidate is not None and candidate.key == key:
-                    return candidate
-        raise KeyError(key)
-
-    def linked_tasks(self):
-        """Tasks of the sizes split by dim position (``split_coincident``): the dims changed together, for each kind
-        of size the op refused (or found outside its domain) changed apart, as a square-only op does; judged after
-        the others (a generator: each is decided once the parts are judged)."""
-        for index, found in self.axes.items():
-            linked = {id(axis.linked): axis.linked for axis in found if axis.linked is not None}
-            for axis in linked.values():
-                parts = [part for part in found if part.linked is axis]
-                kinds = {kind for part in parts for size, kind in part.sizes if self._refused(index, part, size)}
-                tasks = [Task(index, axis, size, kind) for size, kind in axis.sizes if kind in kinds]
-                if not tasks:
-                    continue
-                self.merged.update((index, part.key) for part in parts)
-                self.extra_notes.append((Task(index, axis, axis.size, ""), (
-                    f"and {', '.join(p.describe() for p in axis.places[1:])}: the op refuses some sizes with them "
-                    "changed apart, so those are tried with them changed together")))
-                yield from sorted(tasks, key=lambda task: PRIORITY.index(task.kind))
-
-    def _refused(self, index, axis, size):
-        verdict = self.seen.get((index, axis.key), {}).get(size)
-        return verdict is not None and verdict.status in (REFUSED, OUTSIDE)
 
     def judge(self, task, pattern=False):
         """The Verdict at ``task`` (None when not run for time); recorded for the notes and the hints."""
-        key = (task.index, task.axis.key)
+        key = (task.index, task.axis.size)
         seen = self.seen.setdefault(key, {})
         if task.size in seen:
             return seen[task.size]
@@ -207,8 +175,7 @@ class _Run:
         self.first_seconds.setdefault(task.index, (seconds, elements))
         verdict = finished.value
         seen[task.size] = verdict
-        if verdict.status == REFUSED and verdict.raised is not None and task.size != task.axis.size \
-                and task.axis.linked is None:  # a split size's refusal is the split's: its linked size decides
+        if verdict.status == REFUSED and verdict.raised is not None and task.size != task.axis.size:
             self._raise_if_the_sample_raises(task.index, sample, judge)
         if verdict.status == RIGHT and task.size != task.axis.size:
             self.judged += 1
@@ -218,7 +185,7 @@ class _Run:
 
     def base(self, index, axis):
         """The sample with ``axis``' cuts, where its variants are taken (the sample itself without cuts)."""
-        key = (index, axis.key)
+        key = (index, axis.size)
         if key not in self.bases:
             self.bases[key] = cut_base(self.context.case, self.context.case.samples[index], axis)
         return self.bases[key]
@@ -228,9 +195,9 @@ class _Run:
         very variant it is then judged on."""
         if size == axis.size:
             return self.base(index, axis)
-        key = (index, axis.key, size)
+        key = (index, axis.size, size)
         if key not in self.variants:
-            generator = torch.Generator().manual_seed(hash((self.context.seed, index, axis.key, size)) % (2 ** 63))
+            generator = torch.Generator().manual_seed(hash((self.context.seed, index, axis.size, size)) % (2 ** 63))
             self.variants = {key: variant(self.context.case, self.base(index, axis), axis, size, generator)}
         return self.variants[key]
 
@@ -299,7 +266,7 @@ class _Run:
         """{size: right?} for the failing dim: its planned sizes (the several-blocks one only if judged already), half,
         twice and the sample's own size."""
         axis = task.axis
-        seen = self.seen.get((task.index, axis.key), {})
+        seen = self.seen.get((task.index, axis.size), {})
         sizes = [size for size, kind in axis.sizes if kind != LARGE or size in seen] + [axis.size, 2 * axis.size]
         if axis.size % 2 == 0 and axis.size >= 4:
             sizes.append(axis.size // 2)
@@ -313,11 +280,8 @@ class _Run:
     def notes_out(self):
         """Refused, outside and unjudged sizes, one note per dim of a sample; then the judges' own notes."""
         context = self.context
-        for (index, key), seen in self.seen.items():
-            if (index, key) in self.merged:
-                continue  # refused apart, tried together: the linked size's notes say how that went
-            axis = self.axis_of(index, key)
-            size = axis.size
+        for (index, size), seen in self.seen.items():
+            axis = next(a for a in self.axes[index] if a.size == size)
             for status, verb in ((REFUSED, "the op refuses"), (OUTSIDE, "outside the op's domain"),
                                  (UNRESOLVED, "central differences cannot follow the op's outputs at")):
                 found = {s: v for s, v in seen.items() if v.status == status}
@@ -334,10 +298,10 @@ class _Run:
         self.extra_notes.clear()
         unrun = {}
         for task in self.unrun:
-            unrun.setdefault((task.index, task.axis.key), []).append(task)
-        for (index, _), tasks in unrun.items():
+            unrun.setdefault((task.index, task.axis.size), []).append(task)
+        for (index, size), tasks in unrun.items():
             context.sample_index = index
-            context.note(f"sizes: {_dim(tasks[0].axis)} (size {tasks[0].axis.size} in your sample): "
+            context.note(f"sizes: {_dim(tasks[0].axis)} (size {size} in your sample): "
                          f"{_join(sorted(t.size for t in tasks))} not judged: the check's time budget ran out")
         self.unrun.clear()
         context.sample_index = None
@@ -350,10 +314,10 @@ class _Run:
 
     def reasons(self):
         found = []
-        for (index, key), seen in self.seen.items():
+        for (index, size), seen in self.seen.items():
             for verdict in seen.values():
                 if verdict.reason:
-                    found.append(f"sample {index}, size {self.axis_of(index, key).size}: {verdict.reason}")
+                    found.append(f"sample {index}, size {size}: {verdict.reason}")
         return list(dict.fromkeys(found))[:3] or ["every variant ran out of time"]
 
 
@@ -431,7 +395,7 @@ def _report(context, run, task, verdict):
 def _report_cuts(context, run, task):
     """Fail for a variant base whose cuts alone make the op wrong while the sample itself is right."""
     axis = task.axis
-    verdict = run.seen[(task.index, axis.key)][axis.size]
+    verdict = run.seen[(task.index, axis.size)][axis.size]
     context.sample_index = task.index
     context.dtype = run.judges[task.index].dtype
     when = "when " + " and ".join(f"{other.tensor_places[0].describe()} (size {other.size} in your sample) is {size}"
