@@ -26,6 +26,8 @@
   (declared with ``mutates=``), and a twin with a wrong gradient.
 * :mod:`reference_ops.statistics_outputs` -- an RMS norm that also returns ``rstd``, marked
   non-differentiable, and a twin with a wrong weight gradient.
+* :mod:`reference_ops.sparse_gradients` -- an embedding lookup whose backward returns a sparse gradient for
+  the weight, and twins writing it to the wrong row or reading the weight as if contiguous.
 * :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
   gradient away from ties.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names

@@ -22,7 +22,7 @@ from pytest_autograd.checks._numerical import (
     worst_of,
 )
 from pytest_autograd.checks._patterns import jacobian_pattern
-from pytest_autograd.engine.execution import grads_of
+from pytest_autograd.engine.execution import as_dense, grads_of
 from pytest_autograd.results.compare import fmt_index
 from pytest_autograd.results.evidence import Evidence
 
@@ -249,7 +249,7 @@ def _batched_rows(outputs, leaves, cotangents, analytical):
     except Exception:  # noqa: BLE001 - any refusal means: fall back to one backward per row
         return None
     flat = torch.cat([torch.zeros(total, leaf.numel(), dtype=leaf.dtype, device=leaf.device) if g is None
-                      else g.detach().reshape(total, -1) for leaf, g in zip(leaves, grads)], dim=1)
+                      else as_dense(g).detach().reshape(total, -1) for leaf, g in zip(leaves, grads)], dim=1)
     v = torch.cat([c.reshape(-1) if c is not None else torch.zeros(o.numel(), dtype=o.dtype, device=o.device)
                    for c, o in zip(cotangents, outputs)])
     expected = torch.cat([a.detach().reshape(-1) for a in analytical])

@@ -22,7 +22,7 @@ import torch
 
 from pytest_autograd.checks._measured_differences import find_low_precision_error
 from pytest_autograd.engine.draws import normal
-from pytest_autograd.engine.execution import OpRaised, differentiable_indices
+from pytest_autograd.engine.execution import OpRaised, as_dense, differentiable_indices
 from pytest_autograd.engine.outcomes import raised_by_op
 from pytest_autograd.results.compare import dtype_label, fmt, fmt_index
 
@@ -239,7 +239,7 @@ def _second_order_against_reference(context, sample, dtype):
                                          create_graph=True, allow_unused=True)
         except Exception as error:
             raise raised_by_op("backward", error) from error
-        firsts = [torch.zeros_like(x) if g is None else g for x, g in zip(prepared.leaves, firsts)]
+        firsts = [torch.zeros_like(x) if g is None else as_dense(g) for x, g in zip(prepared.leaves, firsts)]
         if "w" not in draws:
             draws["w"] = [normal(tuple(g.shape), context.generator)
                           .to(dtype).to(torch.float64) for g in firsts]
@@ -252,7 +252,7 @@ def _second_order_against_reference(context, sample, dtype):
                 raise raised_by_op("backward", error) from error
         else:
             seconds = [None] * len(wrt)
-        seconds = [torch.zeros_like(x) if s is None else s.detach() for x, s in zip(wrt, seconds)]
+        seconds = [torch.zeros_like(x) if s is None else as_dense(s).detach() for x, s in zip(wrt, seconds)]
         names = list(prepared.names) + [f"grad_output{'' if len(diff) == 1 else ' ' + str(k)}" for k in diff]
         return Run([], seconds, names)
 

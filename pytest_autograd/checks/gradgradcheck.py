@@ -43,6 +43,7 @@ from pytest_autograd.engine.backward_only import (
 from pytest_autograd.engine.case import is_once_differentiable
 from pytest_autograd.engine.execution import (
     OpRaised,
+    as_dense,
     constants_only_reason,
     differentiable_indices,
     has_floating_input,
@@ -261,7 +262,7 @@ def _make_backward(context, prepared, differentiable, on_grads=None, around_forw
             raise raised_by_op("backward", error) from error
         if create_graph and on_grads is not None:
             on_grads(grads)
-        return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+        return [torch.zeros_like(x) if g is None else as_dense(g) for x, g in zip(inputs, grads)]
 
     def backward(leaves):
         return first_gradients(leaves, create_graph=True)

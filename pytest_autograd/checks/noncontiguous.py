@@ -225,6 +225,7 @@ class Plan:
     prepared: object
     sources: list  # leaves; gradients are compared w.r.t. them
     source_names: list
+    source_slots: list
     laid: dict  # slot -> (name, build contiguous copy, build laid-out tensor), same values
     cotangent: object  # cotangent -> laid-out cotangent, or None
 
@@ -236,7 +237,7 @@ def _call_order(prepared):
 
 def _plan(context, prepared, layout, written):
     args, kwargs = prepared.args, prepared.kwargs
-    sources, source_names, laid = [], [], {}
+    sources, source_names, source_slots, laid = [], [], [], {}
     for slot in _call_order(prepared):
         value = args[slot] if isinstance(slot, int) else kwargs[slot]
         if not isinstance(value, torch.Tensor):
@@ -256,8 +257,9 @@ def _plan(context, prepared, layout, written):
         if differentiable:
             sources.append(value)
             source_names.append(name)
+            source_slots.append(slot)
     cotangent = {"expanded": _expanded_cotangent, "broadcast": _broadcast_cotangent}.get(layout.name, layout.make)
-    return Plan(prepared, sources, source_names, laid, cotangent)
+    return Plan(prepared, sources, source_names, source_slots, laid, cotangent)
 
 
 def _expanded_cotangent(tensor):
@@ -290,8 +292,12 @@ def _arguments(plan, laid_slots):
     return args, kwargs
 
 
-def _forward(context, plan, laid_slots):
+def _forward(context, plan, laid_slots, passed=None):
+    """The op's outputs on the plan's arguments; ``passed`` (a dict), when given, gets the tensor given in each
+    argument slot."""
     args, kwargs = _arguments(plan, laid_slots)
+    if passed is not None:
+        passed.update({slot: value for slot, value in list(enumerate(args)) + list(kwargs.items())})
     return call_with(context.case, args, kwargs).outputs
 
 
@@ -300,7 +306,8 @@ def _run(context, plan, laid_slots, cotangents, laid_cotangent=False, outputs=No
 
     ``outputs``: the call's outputs when the caller has just made it (with their graph).
     """
-    outputs = _forward(context, plan, laid_slots) if outputs is None else outputs
+    passed = {}
+    outputs = _forward(context, plan, laid_slots, passed) if outputs is None else outputs
     fresh = []
     for cotangent in cotangents:
         if cotangent is not None:
@@ -308,8 +315,20 @@ def _run(context, plan, laid_slots, cotangents, laid_cotangent=False, outputs=No
             if laid_cotangent and plan.cotangent(cotangent) is not None:
                 cotangent = plan.cotangent(cotangent)
         fresh.append(cotangent)
-    grads = grads_of(outputs, plan.sources, fresh) if plan.sources else []
-    return outputs, grads
+    if not plan.sources:
+        return outputs, []
+    try:
+        return outputs, grads_of(outputs, plan.sources, fresh, retain_graph=bool(passed))
+    except OpRaised as raised:
+        if not (passed and _sparse_through_layout(raised)):
+            raise
+    # A sparse gradient (a sparse embedding's) cannot flow back through the copy that laid the argument out: the
+    # gradient the op returned for the tensor it was given is the same one.
+    return outputs, grads_of(outputs, [passed[slot] for slot in plan.source_slots], fresh)
+
+
+def _sparse_through_layout(raised):
+    return isinstance(raised.error, RuntimeError) and "converting to a different layout" in str(raised.error)
 
 
 def _plain_cotangents(plan, outputs, generator):

@@ -22,6 +22,7 @@ from pytest_autograd.engine.backward_only import autograd_grad
 from pytest_autograd.engine.device_faults import raise_if_fault
 from pytest_autograd.engine.execution import (
     OpRaised,
+    as_dense,
     differentiable_indices,
     grads_of,
     has_floating_input,
@@ -104,6 +105,7 @@ class UndefinedGrad(Check):
         undefined = [node(outputs[k]) for k in used]
         try:
             grads = autograd_grad(undefined, prepared.leaves, [torch.ones_like(u) for u in undefined])
+            grads = [as_dense(g) for g in grads]
         except Exception as error:
             raise_if_fault(error, "backward")
             context.fail_raised(OpRaised("backward", error), situation, hint=NONE_HINT, output=", ".join(labels))

@@ -210,6 +210,15 @@ def run_op(case, prepared, leaves=None, fn=None, clone_leaves=True):
     return outputs
 
 
+def as_dense(grad):
+    """A sparse gradient as a strided one (None stays None). A backward may return a sparse gradient for a dense
+    input, as a sparse embedding's does, and autograd hands it on as it is; the checks compare, sum and index
+    gradients element by element. ``to_dense`` is differentiable, so a second derivative still flows."""
+    if grad is None or grad.layout == torch.strided or grad.is_nested:
+        return grad
+    return grad.to_dense()
+
+
 def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None):
     """vjp: gradients of ``sum(<cotangent, output>)`` w.r.t. leaves, zeros for unused."""
     pairs = [(o, c) for o, c in zip(outputs, cotangents) if c is not None and o.requires_grad]
@@ -222,7 +231,7 @@ def grads_of(outputs, leaves, cotangents, create_graph=False, retain_graph=None)
                               create_graph=create_graph, retain_graph=retain_graph)
     except Exception as error:
         raise raised_by_op("backward", error) from error
-    return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+    return [torch.zeros_like(leaf) if g is None else as_dense(g) for leaf, g in zip(leaves, grads)]
 
 
 def random_cotangents(outputs, generator, device=None, repeating=False):

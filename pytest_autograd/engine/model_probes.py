@@ -30,6 +30,7 @@ and a wrong second derivative fails.
 import torch
 
 from pytest_autograd.engine.case import call_op
+from pytest_autograd.engine.execution import as_dense
 
 MIN_NONZERO = 4  # non-zero values needed before the float32 fingerprint counts
 OFF_GRID = 2.0 ** -35
@@ -66,7 +67,8 @@ def float32_compute_reason(op, sample, differentiated, seed=0):
             if not leaves or not moving:
                 return None
             cotangents = [torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.device) for o in moving]
-            grads = [g for g in torch.autograd.grad(moving, leaves, cotangents, allow_unused=True) if g is not None]
+            grads = [as_dense(g) for g in torch.autograd.grad(moving, leaves, cotangents, allow_unused=True)
+                     if g is not None]
     except Exception:  # the checks report an op that raises; the probe only asks how it computes
         return None
     grads = [g for g in grads if g.dtype == torch.float64]
@@ -115,8 +117,8 @@ def backward_kernel_reason(op, sample, differentiated, seed=0):
                 return None
             cotangents = [torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.device, o.dtype)
                           .requires_grad_(True) for o in moving]
-            grads = [g for g in torch.autograd.grad(moving, leaves, cotangents, allow_unused=True, create_graph=True)
-                     if g is not None]
+            grads = [as_dense(g) for g in torch.autograd.grad(moving, leaves, cotangents, allow_unused=True,
+                                                              create_graph=True) if g is not None]
     except Exception:  # the checks report an op that raises
         return None
     if grads and not any(g.requires_grad for g in grads):
