@@ -47,3 +47,30 @@ def test_an_op_with_a_sparse_gradient_reading_its_weight_as_contiguous_fails_non
     found = outcomes(SparseEmbeddingAssumesContiguousWeight, ["noncontiguous"])
     assert found["noncontiguous"].status == "failed"
     assert "output differs from the contiguous run when `weight` is transposed" in found["noncontiguous"].detail
+
+
+class _SparseTableModel(torch.nn.Module):
+    """A custom sparse-gradient lookup beside torch's own sparse embedding, then a custom linear layer."""
+
+    def __init__(self, lookup):
+        super().__init__()
+        self.lookup = lookup
+        self.table = torch.nn.Parameter(torch.randn(20, 8))
+        self.torch_table = torch.nn.Embedding(20, 8, sparse=True)
+        self.weight = torch.nn.Parameter(torch.randn(4, 8))
+
+    def forward(self, idx):
+        from reference_ops import LinearFunction
+
+        return LinearFunction.apply(self.lookup.apply(self.table, idx) + self.torch_table(idx), self.weight)
+
+
+def test_the_model_scan_passes_a_sparse_lookup_and_names_its_twin_writing_to_the_wrong_row():
+    from pytest_autograd import autograd_scan
+    from reference_ops.sparse_gradients import SparseEmbedding
+
+    idx = torch.tensor([[1, 2, 2], [5, 19, 0]])
+    right = autograd_scan(_SparseTableModel(SparseEmbedding), idx)
+    assert not right.wrong and len(right.passed) == 2
+    wrong = autograd_scan(_SparseTableModel(SparseEmbeddingOffByOneRow), idx)
+    assert [verdict.scanned.name for verdict in wrong.wrong] == ["SparseEmbeddingOffByOneRow"]
