@@ -306,8 +306,24 @@ def _run(context, plan, laid_slots, cotangents, laid_cotangent=False, outputs=No
 
     ``outputs``: the call's outputs when the caller has just made it (with their graph).
     """
+    outputs = _forward(context, plan, laid_slots) if outputs is None else outputs
+    if not plan.sources:
+        return outputs, []
+    try:
+        return outputs, grads_of(outputs, plan.sources, _fresh(plan, cotangents, laid_cotangent))
+    except OpRaised as raised:
+        if not _sparse_through_layout(raised):
+            raise
+    # A sparse gradient (a sparse embedding's) cannot flow back through the copy that laid the argument out: the
+    # call is made again and differentiated w.r.t. the tensors the op was given, which get the same gradient.
     passed = {}
-    outputs = _forward(context, plan, laid_slots, passed) if outputs is None else outputs
+    outputs = _forward(context, plan, laid_slots, passed)
+    return outputs, grads_of(outputs, [passed[slot] for slot in plan.source_slots],
+                             _fresh(plan, cotangents, laid_cotangent))
+
+
+def _fresh(plan, cotangents, laid_cotangent):
+    """Copies of ``cotangents`` for one backward (laid out as the plan says when ``laid_cotangent``)."""
     fresh = []
     for cotangent in cotangents:
         if cotangent is not None:
@@ -315,16 +331,7 @@ def _run(context, plan, laid_slots, cotangents, laid_cotangent=False, outputs=No
             if laid_cotangent and plan.cotangent(cotangent) is not None:
                 cotangent = plan.cotangent(cotangent)
         fresh.append(cotangent)
-    if not plan.sources:
-        return outputs, []
-    try:
-        return outputs, grads_of(outputs, plan.sources, fresh, retain_graph=bool(passed))
-    except OpRaised as raised:
-        if not (passed and _sparse_through_layout(raised)):
-            raise
-    # A sparse gradient (a sparse embedding's) cannot flow back through the copy that laid the argument out: the
-    # gradient the op returned for the tensor it was given is the same one.
-    return outputs, grads_of(outputs, [passed[slot] for slot in plan.source_slots], fresh)
+    return fresh
 
 
 def _sparse_through_layout(raised):
