@@ -266,3 +266,49 @@ def test_a_slow_truth_does_not_stop_the_magnitudes_after_the_tiny_one_which_runs
     outcome = run_checks(square_dropping_the_tail, reference=slow_square, samples=samples, checks=["extreme"])[0]
     assert outcome.status == "failed", outcome.detail
     assert "for inputs scaled to max |x|" in outcome.detail
+
+
+def _extreme(op, samples, **options):
+    from pytest_autograd.engine.api import run_checks
+
+    (outcome,) = run_checks(op, samples=samples, checks=["extreme"], **options)
+    return outcome
+
+
+def test_a_magnitude_the_sample_already_reaches_is_not_rerun_and_the_note_says_so():
+    from reference_ops.edges import Softplus
+
+    x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(0))  # largest |x| about 4.5: 6 is reached
+    outcome = _extreme(Softplus.apply, [(x,)], reference=torch.nn.functional.softplus)
+    assert outcome.status == "passed", outcome.detail
+    assert "not run where the sample is already there" in outcome.detail
+    assert "at max |x| = 6" in outcome.detail and "20" not in outcome.detail
+
+
+def test_a_small_sample_is_still_rescaled_to_every_magnitude():
+    from reference_ops.edges import Softplus
+
+    x = torch.rand(3, 5, generator=torch.Generator().manual_seed(0))  # largest |x| below 1: nothing reached
+    outcome = _extreme(Softplus.apply, [(x,)], reference=torch.nn.functional.softplus)
+    assert outcome.status == "passed", outcome.detail
+    assert "already there" not in outcome.detail
+
+
+def test_a_shortcut_is_caught_at_a_larger_magnitude_when_the_sample_already_reaches_the_moderate_one():
+    from reference_ops.edges import SoftplusShortcut
+
+    x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(0))  # shortcut past 4: a few elements here
+    outcome = _extreme(SoftplusShortcut.apply, [(x,)], reference=torch.nn.functional.softplus)
+    assert outcome.status == "failed"
+    assert "gradient w.r.t. `x` in float32 is off from the reference in float64" in outcome.detail
+    assert "for inputs scaled to max |x| = 20," in outcome.detail
+
+
+def test_a_dtype_the_sample_is_not_in_is_rescaled_even_where_the_sample_reaches_the_magnitude():
+    from reference_ops.edges import Softplus
+
+    x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(0))
+    outcome = _extreme(Softplus.apply, [(x.double(),)], reference=torch.nn.functional.softplus,
+                       dtypes=(torch.float64, torch.float32))
+    assert outcome.status == "passed", outcome.detail
+    assert "already there" not in outcome.detail

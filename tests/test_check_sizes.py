@@ -369,7 +369,7 @@ class SortReversedGradientPastOneBlock(torch.autograd.Function):
     "probe crosses several kinks within one step. Judging again at smaller steps hid wrong gradients of noisy "
     "float32 ops, so it is not done"))
 def test_a_sort_whose_large_variant_ties_values_passes():
-    sample = [Sample(torch.randn(3, 5, generator=torch.Generator().manual_seed(149)))]  # 2 of 400 seeds fail
+    sample = [Sample(torch.randn(3, 5, generator=torch.Generator().manual_seed(31)))]  # 4 of 400 seeds fail
     right = sizes_outcome(lambda x: torch.sort(x, -1).values, sample)
     assert right.status == "passed", right.detail
 

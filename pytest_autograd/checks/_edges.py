@@ -188,7 +188,7 @@ class Judge:
     def _check_values(self, scaled, truth, pairs):
         tol = tolerance(self.dtype)
         self.scales = self._natural_scales(truth)
-        errors = [(c.pair, c.error(self.scales.get(c.pair.label, 0.0))) for c in pairs]
+        errors = [(c.pair, c.error(self.scales.get(c.pair.label, 0.0), locate_above=tol)) for c in pairs]
         suspects = [(pair, error) for pair, error in errors if error.value > tol]
         if not suspects:
             return
@@ -223,7 +223,7 @@ class Judge:
             return None
         for pair in paired_tensors(truth, got):
             if pair.label == label:
-                return _error(pair.expected, pair.got, self.dtype).value <= tolerance(self.dtype)
+                return _error(pair.expected, pair.got, self.dtype, locate_above=math.inf).value <= tolerance(self.dtype)
         return None
 
     def _budgets(self, scaled, truth, labels, tol):
@@ -274,8 +274,9 @@ class Judge:
         return {f"grad {name}": gradient_size for name in truth.names}
 
     def _error(self, pair_or_label, expected, got, rounded=True):
+        """The error's value only (a budget's measure: no element is named)."""
         label = getattr(pair_or_label, "label", pair_or_label)
-        return _error(expected, got, self.dtype, rounded, self.scales.get(label, 0.0))
+        return _error(expected, got, self.dtype, rounded, self.scales.get(label, 0.0), locate_above=math.inf)
 
     def _nudged_cotangents(self, sign):
         """The cotangents moved by one rounding too: backward's cancellations depend on them."""
@@ -337,11 +338,12 @@ class _Compared:
             self._got_finite = self.got.isfinite()
         return self._got_finite
 
-    def error(self, natural_scale):
+    def error(self, natural_scale, locate_above=-1.0):
         if self.expected.shape != self.got.shape:
             return Error(0.0)
         left_out = NOTHING if self.everywhere else ~(self.representable & self.got_finite)
-        return _error(self.expected, self.got, self.dtype, True, natural_scale, left_out=left_out, peak=self.peak)
+        return _error(self.expected, self.got, self.dtype, True, natural_scale, left_out=left_out, peak=self.peak,
+                      locate_above=locate_above)
 
 
 def _all_finite(run):
@@ -359,14 +361,15 @@ def _on_cpu(tensor):
     return tensor if tensor.is_floating_point() else tensor.to(torch.float64)
 
 
-def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None, peak=None):
+def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None, peak=None, locate_above=-1.0):
     """Normwise error over the elements the dtype can hold: finite in both, within its range.
 
     max |got - expected| / max(max |expected|, ``natural_scale``). Differences
     below the dtype's smallest normal number are ignored when ``rounded``
     (what underflows in the dtype cannot be told apart from 0). ``left_out``:
     a mask of the elements outside that (None: computed here; ``NOTHING``:
-    none, and ``peak`` is max |expected|).
+    none, and ``peak`` is max |expected|). The worst element is located only
+    for an error above ``locate_above`` (one more pass; a report names it).
     """
     e, g = _as64(expected), _on_cpu(got)
     if e.shape != g.shape or not e.numel():
@@ -377,11 +380,11 @@ def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None,
         left_out = NOTHING if everywhere else ~((e.abs() <= info.max) & g.isfinite())
     if left_out is NOTHING:
         left_out = None
-    diff = (g - e).abs_()
+    diff = g - e
     if left_out is not None:
         diff.masked_fill_(left_out, 0.0)
-    worst, flat = diff.reshape(-1).max(0)
-    worst, flat = float(worst), int(flat)
+    low, high = (float(v) for v in torch.aminmax(diff))  # max |diff| without an abs pass
+    worst = max(high, -low)
     if rounded:  # the largest difference less the smallest normal, as every difference less it would give
         worst = max(worst - info.tiny, 0.0)
     if worst == 0.0:
@@ -390,8 +393,10 @@ def _error(expected, got, dtype, rounded=True, natural_scale=0.0, left_out=None,
         peak = float(e.abs().masked_fill_(left_out, 0.0).max())
     scale = max(peak, natural_scale)
     value = worst / scale if scale > 0 else math.inf
-    index = unravel(flat, e.shape)
-    return Error(value, index, float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
+    if value <= locate_above:
+        return Error(value)
+    flat = int(diff.abs_().reshape(-1).argmax())
+    return Error(value, unravel(flat, e.shape), float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
 
 
 def _holds_everything(expected, got, info):
