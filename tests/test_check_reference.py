@@ -1,5 +1,7 @@
 """reference: outputs and gradients match reference= in float64 and in the sample's own dtype."""
 
+import torch
+
 HEADER = """
 import pytest
 import torch
@@ -207,3 +209,30 @@ def test_sin():
         "  at *test_ops.py:* in picky_reference",
         "  hint: the reference must take the same arguments as the op and run on every sample it runs on",
     ], consecutive=True)
+
+
+class SoftmaxWithUndifferentiatedLogsumexp(torch.autograd.Function):
+    """BUG: the logsumexp it also returns (a z-loss input) is marked non-differentiable: its gradient is dropped."""
+
+    @staticmethod
+    def forward(ctx, x):
+        lse = torch.logsumexp(x, -1)
+        y = torch.exp(x - lse.unsqueeze(-1))
+        ctx.save_for_backward(y)
+        ctx.mark_non_differentiable(lse)
+        return y, lse
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_lse):
+        (y,) = ctx.saved_tensors
+        return y * (grad_y - (grad_y * y).sum(-1, keepdim=True))
+
+
+def test_an_output_the_op_declares_non_differentiable_but_the_reference_differentiates_fails_by_name():
+    from pytest_autograd.engine.api import run_checks
+
+    (outcome,) = run_checks(SoftmaxWithUndifferentiatedLogsumexp, torch.randn(8, 64), checks=["reference"],
+                            reference=lambda x: (torch.softmax(x, -1), torch.logsumexp(x, -1)))
+    assert outcome.status == "failed"
+    assert "output 1 of the op does not require grad, but the reference's does" in outcome.detail
+    assert "mark_non_differentiable" in outcome.detail

@@ -66,18 +66,19 @@ def compare_runs(context, expected_side, got_side, expected_label, got_label, ro
                 _fail(context, found)
     if cotangents is None:
         cotangents = random_cotangents(expected_outputs, context.generator, device="cpu")
-    paired = [(e, g, c) for e, g, c in zip(expected_outputs, got_outputs, cotangents)
+    paired = [(k, e, g, c) for k, (e, g, c) in enumerate(zip(expected_outputs, got_outputs, cotangents))
               if c is not None and (e.requires_grad or g.requires_grad)]
     if not paired or not expected_prepared.leaves:
         _fail(context, found)
         return None
-    for e, g, c in paired:
+    for k, e, g, _ in paired:
         if e.requires_grad and not g.requires_grad:
             _fail(context, found)
-            k = expected_outputs.index(e)
             context.fail(f"{output_label(k, count)} of {got_label} does not require grad, but {expected_label}'s does",
                          output=output_label(k, count),
-                         hint="forward returned a tensor detached from the graph")
+                         hint="forward returned a tensor detached from the graph, or marked it with "
+                              "ctx.mark_non_differentiable: a loss computed from it then gets no gradient")
+    paired = [(e, g, c) for _, e, g, c in paired]
     try:
         expected_grads = grads_of([e for e, _, _ in paired], expected_prepared.leaves,
                                   [c.to(device=e.device, dtype=e.dtype) for e, _, c in paired])
