@@ -368,3 +368,31 @@ def test_a_backward_writing_its_saved_inputs_through_raw_memory_is_judged_on_its
                                                  reference=swiglu_reference, double_backward=False)}
     assert sorted(c for c, o in undeclared.items() if o.status == "failed") == ["mutation"]
     assert undeclared["mutation"].detail.startswith("backward modified the op's input `a` in place")
+
+
+def test_a_backward_consuming_a_ctx_attribute_fails_however_the_marker_names_the_op(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        class ReluScale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.mask = (x > 0).to(x.dtype) * 2.0
+                return x.clamp_min(0) * 2.0
+
+            @staticmethod
+            def backward(ctx, grad):
+                return ctx.mask.mul_(grad)        # consumes the mask: a second backward is wrong
+
+        def relu_scale(x):                        # how a library exposes it
+            return ReluScale.apply(x)
+
+        def relu_scale_then_negated(x):           # more autograd ops after the Function
+            return -ReluScale.apply(x)
+
+        @pytest.mark.parametrize("op", [ReluScale, ReluScale.apply, relu_scale, relu_scale_then_negated])
+        def test_relu_scale(op, autograd_check):
+            autograd_check(op, torch.randn(8, 16), checks=["mutation"])
+    """)
+    result.assert_outcomes(failed=4)
+    assert result.stdout.str().count("backward modified the saved tensor `ctx.mask` in place") == 4

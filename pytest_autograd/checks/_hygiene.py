@@ -112,15 +112,39 @@ def quoted(names):
     return ", ".join(f"`{name}`" for name in names)
 
 
+NODES_SEARCHED = 64  # graph nodes looked at, outputs first, for a custom Function's ctx behind a wrapper
+
+
 def function_node(case, outputs):
-    """The autograd node (the ``ctx``) of the op's own Function call, or None."""
-    if not case.is_function:
+    """The autograd node (the ``ctx``) of the op's own Function call, or None.
+
+    For an op given as the Function class, its own node. For any other op
+    (``Fn.apply``, a wrapper function around it, a module) the first custom
+    Function's node in the graph the call made, nearest the outputs first: the
+    ctx its backward reads is the same, whichever way the marker names the op.
+    """
+    if case.is_function:
+        for output in outputs:
+            node = output.grad_fn
+            if node is not None and getattr(type(node), "_forward_cls", None) is case.op:
+                return node
         return None
-    for output in outputs:
-        node = output.grad_fn
-        if node is not None and getattr(type(node), "_forward_cls", None) is case.op:
+    queue = [output.grad_fn for output in outputs if isinstance(output, torch.Tensor) and output.grad_fn is not None]
+    seen = set()
+    while queue and len(seen) < NODES_SEARCHED:
+        node = queue.pop(0)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if _is_custom_function_node(node):
             return node
+        queue += [following for following, _ in getattr(node, "next_functions", ())]
     return None
+
+
+def _is_custom_function_node(node):
+    forward_cls = getattr(type(node), "_forward_cls", None)
+    return isinstance(forward_cls, type) and issubclass(forward_cls, torch.autograd.Function)
 
 
 def cuda_allocated(device):
