@@ -20,8 +20,20 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
   mean over the features. Forward and backward share the mistake, so they
   agree with each other: only ``reference=`` shows it.
 
+* :class:`OnlineSoftmaxNoRescale` -- a flash-style softmax streaming over
+  blocks of ``STREAM_BLOCK`` columns forgets to rescale its running sum when
+  a later block raises the running max;
+* :class:`BlockRowMaxNoOffset` -- a row max reduced block by block sends the
+  gradient to the position of the max *within* its block, forgetting the
+  block's offset.
+
+  Both are right while a row fits one block, and right whenever a row's
+  largest value lies in its first block: the sizes check's wider variants
+  keep the sample's own values exact in the last whole copy, past the first
+  block.
+
 Correct twins: :class:`TiledSoftmax`, :class:`SplitKMatmul`,
-:class:`BatchCentered`. :class:`FixedWidthScale` only supports rows of
+:class:`BatchCentered`, :class:`OnlineSoftmax`, :class:`BlockRowMax`. :class:`FixedWidthScale` only supports rows of
 ``FIXED_WIDTH`` elements and raises otherwise: a size it refuses is noted,
 never failed. The Triton kernel with a missing last program is in
 :mod:`reference_ops.sizes_triton`.
@@ -45,7 +57,12 @@ __all__ = [
     "BatchCentered",
     "BatchCenteredSqueeze",
     "FixedWidthScale",
+    "OnlineSoftmax",
+    "OnlineSoftmaxNoRescale",
+    "BlockRowMax",
+    "BlockRowMaxNoOffset",
     "softmax_reference",
+    "row_max_reference",
     "matmul_reference",
     "batch_centered_reference",
     "scale_reference",
@@ -56,6 +73,7 @@ BLOCK = 4  # columns per block
 ROWS = 2  # rows per program
 SPLIT = 8  # reduction elements per split
 FIXED_WIDTH = 8  # the only row width FixedWidthScale supports
+STREAM_BLOCK = 16  # columns per block of the streaming kernels: the samples' rows fit one
 
 
 # ---------------------------------------------------------------------------
@@ -250,6 +268,90 @@ def scale_reference(x, weight):
     return x * weight
 
 
+# ---------------------------------------------------------------------------
+# Streaming reductions: a running state carried from block to block
+# ---------------------------------------------------------------------------
+
+
+def _online_softmax(x, rescale=True):
+    """Softmax over the last dim in one pass over blocks of ``STREAM_BLOCK`` columns: a running max ``m`` and a
+    running sum ``s`` of exp(x - m), rescaled by exp(m_old - m_new) whenever a block raises the max."""
+    n = x.shape[-1]
+    m = x.new_full(x.shape[:-1] + (1,), float("-inf"))
+    s = x.new_zeros(x.shape[:-1] + (1,))
+    for start in range(0, n, STREAM_BLOCK):
+        block = x[..., start:start + STREAM_BLOCK]
+        m_new = torch.maximum(m, block.amax(-1, keepdim=True))
+        carried = s * torch.exp(m - m_new) if rescale else s  # BUG when not rescaled: s is relative to the old max
+        s = carried + torch.exp(block - m_new).sum(-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / s
+
+
+class OnlineSoftmax(Function):
+    """Softmax over the last dim, streaming over blocks of ``STREAM_BLOCK`` columns (as flash attention does)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _online_softmax(x, rescale=not ctx_bug(ctx, "forgets_rescale"))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return y * (grad - (grad * y).sum(-1, keepdim=True))
+
+
+class OnlineSoftmaxNoRescale(OnlineSoftmax):
+    """Bug: the running sum is not rescaled when a later block raises the running max: right while a row fits
+    one block, or its largest value lies in its first block."""
+
+    forgets_rescale = True
+
+
+def _block_row_max(x, forget_offset=False):
+    """(row max, its position): each block's max and position, then the best block's."""
+    n = x.shape[-1]
+    best = x.new_full(x.shape[:-1], float("-inf"))
+    where = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)
+    for start in range(0, n, STREAM_BLOCK):
+        values, positions = x[..., start:start + STREAM_BLOCK].max(-1)
+        if not forget_offset:  # BUG when forgotten: the position within the block is taken for the row's
+            positions = positions + start
+        better = values > best
+        best = torch.where(better, values, best)
+        where = torch.where(better, positions, where)
+    return best, where
+
+
+class BlockRowMax(Function):
+    """The max over the last dim, reduced block by block; the gradient goes to the max's position."""
+
+    @staticmethod
+    def forward(ctx, x):
+        best, where = _block_row_max(x, forget_offset=ctx_bug(ctx, "forgets_offset"))
+        ctx.save_for_backward(where)
+        ctx.shape = x.shape
+        return best
+
+    @staticmethod
+    def backward(ctx, grad):
+        (where,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.shape).scatter(-1, where.unsqueeze(-1), grad.unsqueeze(-1))
+
+
+class BlockRowMaxNoOffset(BlockRowMax):
+    """Bug: the gradient goes to the max's position within its block: right while a row fits one block, or its
+    largest value lies in its first block."""
+
+    forgets_offset = True
+
+
+def row_max_reference(x):
+    return x.amax(-1)
+
+
 def _randn(*shape, generator=None):
     return torch.randn(*shape, generator=generator)
 
@@ -260,6 +362,7 @@ SAMPLES = {
     "matmul": lambda generator=None: [(_randn(2, 8, generator=generator), _randn(4, 8, generator=generator))],
     "batch_centered": lambda generator=None: [(_randn(4, 8, generator=generator),
                                                _randn(8, generator=generator) + 1.5)],
+    "streaming": lambda generator=None: [(_randn(4, 8, generator=generator),)],
     "fixed_width": lambda generator=None: [(_randn(4, FIXED_WIDTH, generator=generator),
                                             _randn(FIXED_WIDTH, generator=generator))],
 }

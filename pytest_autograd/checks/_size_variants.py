@@ -4,11 +4,12 @@ A size is changed consistently: every dim of every tensor argument that has
 it, and every int argument equal to it (``n_cols=256``, ``normalized_shape=(256,)``),
 so shape constraints between arguments (``x: (B, S, H)``, ``w: (H, H)``) hold
 in every variant. Values are the sample's own: a smaller size keeps the
-leading slice, a larger one repeats the sample along the dim and moves each
-repeated floating value a random fraction of the way towards the middle of
-its tensor's range, so values stay inside the range the user chose (a
-positive input stays positive, no ties are created for sort or max) while no
-two elements are equal. ``constants=`` and integer tensors are repeated as
+leading slice, a larger one repeats the sample along the dim and moves every
+floating value but those of one copy (the last whole one, so the sample's
+largest values lie past the first block) a random fraction of the way
+towards the middle of its tensor's range, so values stay inside the range
+the user chose (a positive input stays positive, no ties are created for
+sort or max) while no two elements are equal. ``constants=`` and integer tensors are repeated as
 they are; an integer tensor whose values could index a shrunk dim is taken
 modulo the new size, and a size that an integer tensor holds as its largest
 value (lengths, offsets such as ``cu_seqlens``) is kept fixed.
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pytest_autograd.engine.draws import LARGE_DRAW, uniform
+from pytest_autograd.engine.draws import uniform
 from pytest_autograd.engine.outcomes import UsageProblem
 
 PLUS_ONE, MINUS_ONE, ONE, ODD, LARGE, DECLARED = (
@@ -340,8 +341,15 @@ def _resized(tensor, dims, old, new, jitter, generator):
 
 
 def _jittered(tensor, dims, old, generator):
-    """Repeated elements (past ``old`` along any of ``dims``) moved a random fraction of the way towards the middle of
-    the tensor's range (``tensor``, a fresh copy, may be written)."""
+    """``tensor`` (a fresh copy, may be written), grown by repeating along ``dims`` (each of size ``old`` before),
+    with every element outside one copy of the sample moved a random fraction of the way towards the middle of the
+    tensor's range.
+
+    The copy kept exact is the last whole one along each dim, not the first: the sample's extreme values (a row's
+    largest, the one a softmax or an argmax is about) then lie past the first block, where a streaming kernel must
+    update what it found in the blocks before (an online softmax rescaling its running sum, an argmax adding the
+    block's offset). Kept first, they would always be found in the first block, and such a bug never shows.
+    """
     real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
     values = real.detach().to(torch.float64)
     top, bottom = float(values.max()), float(values.min())
@@ -349,31 +357,19 @@ def _jittered(tensor, dims, old, generator):
         return tensor
     middle = (top + bottom) / 2
     low, high = JITTER
-    if len(dims) == 1:  # the repeated elements are one slice, in the order a mask would pick them
-        dim = dims[0]
-        picked = values.narrow(dim, old, values.shape[dim] - old)
-        if values.numel() < LARGE_DRAW:  # the draws small samples always had
-            fraction = uniform(tuple(values.shape), generator).to(values.device).narrow(dim, old, picked.shape[dim])
-        else:  # only the repeated elements need one
-            fraction = uniform(tuple(picked.shape), generator).to(values.device)
-        fraction = fraction * (high - low) + low
-        picked.copy_(picked + fraction * (middle - picked))
-    else:
-        where = _repeated_mask(real.shape, dims, old, values.device)
-        if values.numel() < LARGE_DRAW:
-            fraction = uniform(tuple(values.shape), generator).to(values.device)[where]
-        else:
-            fraction = uniform((int(where.sum()),), generator).to(values.device)
-        fraction = fraction * (high - low) + low
-        picked = values[where]
-        values[where] = picked + fraction * (middle - picked)
-    moved = values.to(real.dtype)
+    fraction = uniform(tuple(values.shape), generator).to(values.device).mul_(high - low).add_(low)
+    moved = values + fraction * (middle - values)
+    exact = moved
+    for dim in dims:
+        exact = exact.narrow(dim, _last_whole_copy(values.shape[dim], old), old)
+    source = values
+    for dim in dims:
+        source = source.narrow(dim, _last_whole_copy(values.shape[dim], old), old)
+    exact.copy_(source)
+    moved = moved.to(real.dtype)
     return torch.view_as_complex(moved) if tensor.is_complex() else moved
 
 
-def _repeated_mask(shape, dims, old, device):
-    """True where an element lies past ``old`` along any of ``dims``."""
-    where = torch.zeros(shape, dtype=torch.bool, device=device)
-    for dim in dims:
-        where.narrow(dim, old, shape[dim] - old).fill_(True)
-    return where
+def _last_whole_copy(size, old):
+    """Where the last whole copy of ``old`` elements starts in a dim grown to ``size`` by repeating them."""
+    return (size // old - 1) * old if old else 0
