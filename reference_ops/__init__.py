@@ -28,6 +28,8 @@
   non-differentiable, and a twin with a wrong weight gradient.
 * :mod:`reference_ops.sparse_gradients` -- an embedding lookup whose backward returns a sparse gradient for
   the weight, and twins writing it to the wrong row or reading the weight as if contiguous.
+* :mod:`reference_ops.random_ops` -- dropout drawing from torch's global random generator (in the input's dtype
+  and order, or in a fixed one), and twins with a wrong backward.
 * :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
   gradient away from ties.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names

@@ -29,6 +29,9 @@ class Check:
     ``times_the_op``: True for a check that times the op, which runs it as the project does. Every other check
     runs with torch's TF32 switches off (``engine.float32_math``), so a float32 verdict judges the op's code, not
     the GPU's default math mode, and with large tensors reusing freed memory (``engine.freed_memory``).
+    ``random_draws_differ``: for a check comparing runs that cannot draw the same random numbers, what differs
+    between them; an op drawing from torch's global generator is then skipped, not failed
+    (``engine.random_draws``).
     """
 
     name = None
@@ -36,6 +39,7 @@ class Check:
     default = True
     options = {}
     times_the_op = False
+    random_draws_differ = None
 
     def applies(self, case, device):
         """Return None when the check applies, else the reason it is skipped."""

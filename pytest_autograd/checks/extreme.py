@@ -66,6 +66,7 @@ def magnitudes(dtype):
 
 class Extreme(Check):
     name = "extreme"
+    random_draws_differ = "a run in the dtype and the float64 truth draw different numbers from one seed"
     description = ("outputs and gradients finite and right (against the reference, or the op in float64) at "
                    "moderate, large and tiny input magnitudes")
     options = {"dtypes": None}

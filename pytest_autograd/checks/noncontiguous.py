@@ -36,6 +36,7 @@ import torch
 
 from pytest_autograd.checks._agreement import agree
 from pytest_autograd.checks._hygiene import call_with, tensor_arguments, written_while
+from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.checks.mutation import declared_by_marker
 from pytest_autograd.engine.complex_views import as_complex
@@ -49,8 +50,10 @@ from pytest_autograd.engine.execution import (
     random_cotangents,
 )
 from pytest_autograd.engine.outcomes import skip
+from pytest_autograd.engine.random_draws import random_draws_reason
 from pytest_autograd.results.compare import compare_tensors
 
+OTHER_DRAWS = "a transposed input's torch.rand_like draws in its memory order"
 HINT = ("the kernel reads memory as if the tensor were contiguous: call .contiguous() on inputs (and on "
         "grad_output in backward) before handing them to a kernel, or index with the tensor's strides")
 
@@ -215,7 +218,8 @@ class NonContiguous(Check):
                 if _check_plan(context, plan, layout, sample, baseline):
                     ran = True
         if not ran:
-            skip("no argument or output of any sample can be laid out non-contiguously")
+            skip(random_draws_reason(self.name, OTHER_DRAWS, context, None)
+                 or "no argument or output of any sample can be laid out non-contiguously")
 
 
 @dataclass
@@ -294,10 +298,12 @@ def _arguments(plan, laid_slots):
 
 def _forward(context, plan, laid_slots, passed=None):
     """The op's outputs on the plan's arguments; ``passed`` (a dict), when given, gets the tensor given in each
-    argument slot."""
+    argument slot. Every call starts from one seed: an op drawing random numbers draws the same ones in each
+    layout that does not change their order."""
     args, kwargs = _arguments(plan, laid_slots)
     if passed is not None:
         passed.update({slot: value for slot, value in list(enumerate(args)) + list(kwargs.items())})
+    seed_generators(context.device, context.seed)
     return call_with(context.case, args, kwargs).outputs
 
 
@@ -359,6 +365,7 @@ class _Baseline:
         args, kwargs = prepared.call_args()
         arguments = tensor_arguments(context.case, args, kwargs)
         versions = [tensor._version for _, _, tensor in arguments]
+        seed_generators(context.device, context.seed)
         self.outputs = call_with(context.case, args, kwargs).outputs
         declared = declared_by_marker(context.case)  # mutates=: written by forward, or by a memory-saving backward
         self.written = {slot for (slot, name, tensor), version in zip(arguments, versions)
@@ -423,6 +430,11 @@ def _check_plan(context, plan, layout, sample, baseline):
     problem = _difference(context, plan, expected, set(plan.laid), cotangents, True)
     if problem is None:
         return True
+    if _other_draws(context, problem):
+        context.note(f"noncontiguous: the {layout.name} layout not judged: the op draws random numbers from torch's "
+                     "global generator, and draws other ones in that layout (torch.rand_like follows its memory "
+                     "order)")
+        return False
     if not layout.keeps_values and _only_rounding(context, layout, sample, problem):
         equal = {"expanded": "the values along the leading dim"}.get(layout.name, "every element of grad_output")
         context.note(f"noncontiguous: the {layout.name} layout makes {equal} equal, where the op "
@@ -434,6 +446,15 @@ def _check_plan(context, plan, layout, sample, baseline):
     if cotangent_laid and _difference(context, plan, expected, set(), cotangents, True) is not None:
         culprits.append("grad_output")
     _report(context, layout, problem, culprits or _everything(plan, cotangent_laid), not culprits)
+
+
+def _other_draws(context, problem):
+    """True when a mismatch may be the op's random draws: an output differs (every call starts from one seed, so
+    equal outputs mean equal draws, and a gradient differing after them is the layout's doing) and the op draws
+    from torch's global generator."""
+    if isinstance(problem, OpRaised) or problem[2] is None:
+        return False
+    return random_draws_reason(check.name, OTHER_DRAWS, context, context.sample_index) is not None
 
 
 def _only_rounding(context, layout, sample, problem):

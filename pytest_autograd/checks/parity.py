@@ -20,6 +20,7 @@ from pytest_autograd.engine.outcomes import OpRaised, skip
 
 class Parity(Check):
     name = "parity"
+    random_draws_differ = "the CPU's and the GPU's generators give different numbers from one seed"
     description = "outputs and gradients on each non-CPU device match the CPU run"
 
     def applies(self, case, device):

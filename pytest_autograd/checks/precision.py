@@ -60,6 +60,7 @@ FORMULA_ERROR = 0.1  # a normwise error this large on the sample itself (not a l
 
 class Precision(Check):
     name = "precision"
+    random_draws_differ = "a float32 run and a float64 one draw different numbers from one seed"
     description = ("outputs and gradients in float32 (and float16/bfloat16 on CUDA or in the samples' dtype) "
                    "against float64; with reference=, within precision_k x the reference's own error")
     options = {"dtypes": None, "precision_k": None, "precision_tol": None}

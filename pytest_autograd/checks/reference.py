@@ -14,6 +14,7 @@ import torch
 from pytest_autograd.checks._float64_support import float64_plan, sample_dtype
 from pytest_autograd.checks._pairs import compare_runs
 from pytest_autograd.checks._reference_runs import Compared, keep, kept
+from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.checks._transforms import Run, rounded_cotangents
 from pytest_autograd.checks._reference_precision import reference_is_farther
 from pytest_autograd.checks.base import Check
@@ -27,6 +28,7 @@ from pytest_autograd.results.report import CheckFailure
 
 class Reference(Check):
     name = "reference"
+    random_draws_differ = "the reference draws numbers of its own"
     description = "outputs and gradients match reference= in float64 and in the sample's dtype"
     options = {"dtypes": None}  # the dtypes the op supports; without float64 it is judged in the best one
 
@@ -53,8 +55,10 @@ class Reference(Check):
                     continue  # a float64 sample: its own dtype is the float64 pass, which agreed
                 op_side = context.prepare(sample, dtype=run_dtype)
                 ref_side = context.prepare(sample, dtype=run_dtype)
+                seed_generators(context.device, context.seed)  # a reference drawing as the op does draws alike
                 op_outputs = context.run_op(op_side)
                 try:
+                    seed_generators(context.device, context.seed)
                     ref_outputs = context.run_op(ref_side, fn=case.reference)
                 except OpRaised as raised:
                     if isinstance(raised.error, TypeError):

@@ -11,6 +11,7 @@ from pytest_autograd.engine.float32_math import full_float32
 from pytest_autograd.engine.freed_memory import reusing_freed_memory
 from pytest_autograd.engine.execution import op_failure
 from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
+from pytest_autograd.engine.random_draws import random_draws_reason
 from pytest_autograd.engine.seeding import seed_torch
 from pytest_autograd.engine.triton_interpreter import interpreter_refusal, watching_interpreted_dtypes
 from pytest_autograd.engine.torch_noise import quiet_torch_machinery
@@ -63,6 +64,9 @@ def _run_once(check, context, reseed):
         if expired is not None:
             return time_budget_failure(check.name, expired, context.device, context.sample_index)
     except CheckFailure as raised:
+        random_op = random_draws_reason(check.name, check.random_draws_differ, context, raised.report.sample)
+        if random_op:
+            raise CheckSkipped(random_op) from None
         refusal = untrusted(raised.report.dtype)
         if refusal and _looks_like_garbage(raised.report):
             raise CheckSkipped(refusal) from None

@@ -1,0 +1,78 @@
+"""Dropout drawing its mask from torch's global random generator, as ``torch.nn.functional.dropout`` does.
+
+Checks that compare runs in another dtype, layout or device, or against a
+reference, cannot draw the same mask there. They say so and skip, or leave
+the layout out with a note; every run of one check starts from one seed, so
+a mask drawn in a fixed order and dtype (:class:`DropoutFixedDraw`, whose
+``torch.rand`` takes the shape and float32 whatever the input) is the same
+in every run, and the op is judged there too.
+
+* :class:`Dropout` -- correct; ``torch.rand_like`` draws in the input's dtype and memory order.
+* :class:`DropoutFixedDraw` -- correct; the mask is drawn in float32, in row-major order.
+* :class:`DropoutBackwardIgnoresMask` -- backward passes grad_output through unmasked (gradcheck catches it).
+* :class:`DropoutFixedDrawReadsGradContiguous` -- backward reads grad_output as if it were contiguous
+  (noncontiguous catches it: equal outputs in a layout mean equal masks, so a gradient that differs is no draw).
+
+An op drawing random numbers fails the determinism check by design (two runs
+without reseeding differ): its tests skip it, ``skip=["determinism"]``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd import Function
+
+__all__ = [
+    "Dropout",
+    "DropoutFixedDraw",
+    "DropoutBackwardIgnoresMask",
+    "DropoutFixedDrawReadsGradContiguous",
+    "dropout_samples",
+]
+
+
+class Dropout(Function):
+    """``x * keep / (1 - p)`` with ``keep`` drawn from the global generator by ``torch.rand_like(x)``."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        keep = (torch.rand_like(x) >= p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(keep)
+        return x * keep
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return grad * keep, None
+
+
+class DropoutFixedDraw(Dropout):
+    """The mask drawn in float32 and row-major order whatever the input's dtype and layout."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        keep = (torch.rand(x.shape, dtype=torch.float32, device=x.device) >= p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(keep)
+        return x * keep
+
+
+class DropoutBackwardIgnoresMask(Dropout):
+    """Bug: backward passes grad_output through as if no element had been dropped."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class DropoutFixedDrawReadsGradContiguous(DropoutFixedDraw):
+    """Bug: backward reads grad_output's memory as if it were contiguous (a kernel indexing ``data_ptr()``)."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        flat = torch.as_strided(grad, grad.shape, [grad.shape[-1], 1], grad.storage_offset())
+        return flat * keep, None
+
+
+def dropout_samples(generator=None):
+    return [(torch.randn(6, 8, generator=generator), 0.25)]
