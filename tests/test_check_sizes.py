@@ -759,3 +759,50 @@ def test_a_wider_variant_keeps_the_samples_own_values_in_its_last_whole_copy():
     assert torch.equal(grown[:, 2040:2048], x), "the last whole copy holds the sample's values"
     assert not bool((grown[:, :8] == x).any()), "the first copy is moved"
     assert torch.equal(grown.amax(-1), x.amax(-1)) and bool((grown.argmax(-1) >= 2040).all())
+
+
+# ---------------------------------------------------------------------------
+# Ops computing in float32: a size where any float32 formula cancels is noise, not a bug
+# ---------------------------------------------------------------------------
+
+
+def rms_norm_in_float64(x, weight, eps=1e-6):
+    wide = x.double()
+    return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps) * weight.double()).to(x.dtype)
+
+
+class FusedRMSNormZeroGradAtWidthOne(torch.autograd.Function):
+    """BUG: a special case for rows of one element returns no input gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps=1e-6):
+        from reference_ops.fused import FusedRMSNorm
+
+        ctx.width = x.shape[-1]
+        return FusedRMSNorm.forward(ctx, x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from reference_ops.fused import FusedRMSNorm
+
+        dx, dweight, _ = FusedRMSNorm.backward(ctx, grad)
+        return (dx.zero_() if ctx.width == 1 else dx), dweight, None
+
+
+def rms_norm_samples():
+    generator = torch.Generator().manual_seed(0)
+    return [Sample(torch.randn(2, 3, 64, generator=generator), torch.randn(64, generator=generator) + 1)]
+
+
+def test_a_float32_rms_norm_is_not_failed_at_a_width_of_one_where_its_gradient_cancels_in_any_float32_formula():
+    from reference_ops.fused import FusedRMSNorm
+
+    outcome = sizes_outcome(FusedRMSNorm.apply, rms_norm_samples(), reference=rms_norm_in_float64)
+    assert outcome.status == "passed", outcome.detail
+
+
+def test_a_float32_rms_norm_with_a_wrong_gradient_at_width_one_still_fails_there():
+    outcome = sizes_outcome(FusedRMSNormZeroGradAtWidthOne.apply, rms_norm_samples(), reference=rms_norm_in_float64)
+    assert outcome.status == "failed", outcome.detail
+    assert "gradient w.r.t. `x` is wrong when dim 2 (size 64 in your sample) is 1" in outcome.detail
+    assert "how far the op's own float32 result moves" in outcome.detail
