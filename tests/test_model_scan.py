@@ -640,3 +640,39 @@ def test_the_engine_scan_runs_without_pytest(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ("2 ops checked, 1 wrong: `LinearWeightGradTransposed` at <string>:10 "
                                    "(gradcheck)")
+
+
+def test_a_model_items_notes_are_in_the_warnings_summary_where_the_footer_says_they_are(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest, torch
+
+        class Rotary(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, cos, sin):
+                x1, x2 = x.chunk(2, -1)
+                ctx.save_for_backward(cos, sin)
+                return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+            @staticmethod
+            def backward(ctx, grad):
+                cos, sin = ctx.saved_tensors
+                g1, g2 = grad.chunk(2, -1)
+                return torch.cat([g1 * cos + g2 * sin, -g1 * sin + g2 * cos], -1), None, None
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                angles = torch.arange(6.0)[:, None] * torch.rand(4)[None]
+                self.register_buffer("cos", angles.cos())
+                self.register_buffer("sin", angles.sin())
+
+            def forward(self, x):
+                return Rotary.apply(x, self.cos, self.sin)
+
+        @pytest.mark.autograd_model(checks=["sizes"])
+        def test_model():
+            return Model(), (torch.randn(2, 6, 8),)
+    """, "-rw")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*AutogradNote: `Rotary`: sample 0: sizes: * the op refuses *",
+                                 "*1 note(s) on 1 item(s), not failures: in the warnings summary*"])

@@ -183,13 +183,18 @@ def show_notes(item, texts):
     """Each note once: a warning at the test's own line, the item's report section, JUnit XML properties."""
     if not texts:
         return
+    warn_notes(item, texts)
+    item.add_report_section("call", NOTES_SECTION, "\n".join(texts))
+    item.user_properties.extend(("autograd_note", text) for text in texts)
+
+
+def warn_notes(item, texts):
+    """Each note as an AutogradNote warning at the test's own line (the warnings summary)."""
     filename, lineno = test_location(item)
     with warnings.catch_warnings():  # pytest still records it; "always" keeps -W error from raising it
         warnings.simplefilter("always", AutogradNote)
         for text in texts:
             warnings.warn_explicit(AutogradNote(text), AutogradNote, filename, lineno)
-    item.add_report_section("call", NOTES_SECTION, "\n".join(texts))
-    item.user_properties.extend(("autograd_note", text) for text in texts)
 
 
 def test_location(item):

@@ -28,6 +28,7 @@ from pytest_autograd.pytest_adapter.items import (
     rerun_command,
     run_options,
     selected_check,
+    warn_notes,
 )
 from pytest_autograd.pytest_adapter.keys import MODEL_MARKER
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
@@ -95,3 +96,5 @@ def _report(item, spec, result, rerun, seed):
     notes = list(dict.fromkeys(notes + result.all_notes()))
     item.add_report_section("call", NOTES_SECTION, "\n".join(verdicts + [f"note: {n}" for n in notes]))
     item.user_properties.extend(("autograd_note", text) for text in notes)  # the checks' own notes, in the summary
+    if notes:
+        warn_notes(item, notes)  # where the summary's footer says notes are: the warnings summary
