@@ -96,10 +96,7 @@ def test_requires_grad_passes_ops_that_honour_needs_input_grad_and_skips_single_
         def test_relu():
             return [(torch.randn(4),)]
     """, "-rs")
-    result.assert_outcomes(passed=4, skipped=1)
-    result.stdout.fnmatch_lines([
-        "SKIPPED*the op has fewer than two floating-point tensor arguments: there is no subset of inputs to vary",
-    ])
+    result.assert_outcomes(passed=5)  # the one-input ReLU is judged on its inference path
 
 
 def test_requires_grad_tries_all_subsets_of_few_inputs_and_a_covering_set_of_many():
@@ -110,3 +107,31 @@ def test_requires_grad_tries_all_subsets_of_few_inputs_and_a_covering_set_of_man
     assert () in many and all((i,) in many for i in range(6))
     assert all(tuple(j for j in range(6) if j != i) in many for i in range(6))
     assert (1, 2) in many and len(many) < 2 ** 6 - 1
+
+
+def test_a_one_input_op_with_another_formula_when_nothing_requires_grad_fails_on_its_inference_path(
+        pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import math
+        import pytest, torch
+
+        class GeluTanhAtInference(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                if not x.requires_grad:  # BUG: the inference path takes the tanh approximation
+                    return torch.nn.functional.gelu(x, approximate="tanh")
+                ctx.save_for_backward(x)
+                return torch.nn.functional.gelu(x)
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                cdf = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+                return grad * (cdf + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+        @pytest.mark.autograd_op(op=GeluTanhAtInference)
+        def test_gelu():
+            return [(torch.randn(64) * 3,)]
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["output changes when no input requires grad"])

@@ -6,7 +6,12 @@ input that does need it, a gradient returned for a ``None`` argument) passes
 it and breaks in the field, where frozen weights or a constant bias are the
 norm. Each subset of inputs is compared with the all-inputs run under one
 shared cotangent (that run is the sample's plain run, shared with the
-checks that compare the op with itself: ``_plain_run``).
+checks that compare the op with itself: ``_plain_run``). The empty subset
+is the inference path (nothing requires grad): an op with one input is
+judged there too, so a forward that takes a faster, different formula when
+no gradient is needed (a tanh-approximated GELU at inference) fails. Each
+run starts from the plain run's seed, so an op drawing random numbers draws
+the same ones.
 """
 
 from itertools import combinations
@@ -15,6 +20,7 @@ import torch
 
 from pytest_autograd.checks._hygiene import quoted
 from pytest_autograd.checks._plain_run import plain_run
+from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
     OpRaised,
@@ -50,15 +56,15 @@ class RequiresGrad(Check):
     description = "forward and backward are right for every subset of inputs requiring grad (ctx.needs_input_grad)"
 
     def applies(self, case, device):
-        if not any(len(floating_tensors(sample)) >= 2 for sample in case.samples):
-            return "the op has fewer than two floating-point tensor arguments: there is no subset of inputs to vary"
+        if not any(floating_tensors(sample) for sample in case.samples):
+            return "the op has no floating-point tensor argument: there is no input to require grad"
         return None
 
     def run(self, context):
         checked = False
         for index, sample in context.samples():
             full = context.prepare(sample)
-            if len(full.leaves) < 2:
+            if not full.leaves:
                 continue
             checked = True
             try:
@@ -73,14 +79,14 @@ class RequiresGrad(Check):
             expected = dict(zip(full.slots, grads))
             for subset in subsets(len(full.leaves)):
                 self._check_subset(context, sample, full, outputs, cotangents, expected,
-                                   [full.slots[i] for i in subset])
+                                   [full.slots[i] for i in subset], plain.seed)
         if not checked:
             constants = context.case.option("constants")
-            skip(f"constants={constants!r} leaves fewer than two differentiable inputs in every sample: "
-                      "there is no subset of inputs to vary" if constants is not None else
-                      "no sample has two differentiable inputs: there is no subset of inputs to vary")
+            skip(f"constants={constants!r} leaves no differentiable input in any sample: there is no input to "
+                 "require grad" if constants is not None else
+                 "no sample has a differentiable input: there is no input to require grad")
 
-    def _check_subset(self, context, sample, full, outputs, cotangents, expected, slots):
+    def _check_subset(self, context, sample, full, outputs, cotangents, expected, slots, seed):
         prepared = context.prepare(sample, only=set(slots))
         names = prepared.names
         others = [name for name in full.names if name not in names]
@@ -88,6 +94,7 @@ class RequiresGrad(Check):
                      if names else "when no input requires grad")
         details = [f"requiring grad: {', '.join(names) or 'nothing'}; not requiring grad: {', '.join(others)}"]
         try:
+            seed_generators(context.device, seed)
             got_outputs = context.run_op(prepared)
         except OpRaised as raised:
             _fail_raised(context, raised, situation, details)
