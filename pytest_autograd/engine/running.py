@@ -64,7 +64,8 @@ def _run_once(check, context, reseed):
         if expired is not None:
             return time_budget_failure(check.name, expired, context.device, context.sample_index)
     except CheckFailure as raised:
-        random_op = random_draws_reason(check.name, check.random_draws_differ, context, raised.report.sample)
+        random_op = random_draws_reason(check.name, getattr(check, "random_draws_differ", None), context,
+                                        raised.report.sample)
         if random_op:
             raise CheckSkipped(random_op) from None
         refusal = untrusted(raised.report.dtype)
