@@ -134,9 +134,11 @@ def _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fa
 
             found, probe = _judge_at_scales(judge, base, label)
             if getattr(found, "outside", False) and direction.count_nonzero() > 1:
-                edges = _domain_edges(evaluate, leaves, j, x, direction, base * FINER_STEPS[-1], dtype)
+                # the finest scale's largest step: a probe there moves by up to max(STEP_FACTORS) times the scale
+                finest = max(STEP_FACTORS) * base * FINER_STEPS[-1]
+                edges = _domain_edges(evaluate, leaves, j, x, direction, finest, dtype)
                 if edges and domain is not None and not noted:
-                    domain.append(_edges_line(names[j], x, edges, base * FINER_STEPS[-1]))
+                    domain.append(_edges_line(names[j], x, edges, finest))
                     noted = True
                 if edges:  # judged over every other element
                     kept = direction.clone()
