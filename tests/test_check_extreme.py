@@ -312,3 +312,14 @@ def test_a_dtype_the_sample_is_not_in_is_rescaled_even_where_the_sample_reaches_
                        dtypes=(torch.float64, torch.float32))
     assert outcome.status == "passed", outcome.detail
     assert "already there" not in outcome.detail
+
+
+def test_at_the_tiny_magnitude_a_two_input_op_has_each_input_scaled_alone_and_an_underflowing_norm_fails():
+    def cosine_without_eps(a, b):
+        return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))
+
+    outcome = _extreme(cosine_without_eps, [(torch.randn(4, 8), torch.randn(4, 8))])
+    assert outcome.status == "failed"
+    assert "in float32 for inputs scaled to max |x| = " in outcome.detail
+    assert "magnitude tiny: squares underflow to 0: `a` scaled so its largest |element| is" in outcome.detail
+    assert "the other inputs as given" in outcome.detail

@@ -71,6 +71,7 @@ class Judge:
         self.unscaled_runs = False
         self.cotangent_size = None
         self.truth_skipped = False  # the last magnitude ran the op only (its time says nothing of the truth's)
+        self.scaled_slots = slots
 
     def _raises_unscaled(self):
         try:
@@ -79,12 +80,14 @@ class Judge:
             return True
         return False
 
-    def at(self, where, magnitude, values=True):
+    def at(self, where, magnitude, values=True, only=None):
         """None when the op is right at ``magnitude``; an Outside when it cannot be judged there; else fail.
 
         ``values``: compare values too, not only finiteness (where products of inputs are representable).
+        ``only``: the slots scaled (default: every differentiated one); the others keep the sample's values.
         """
-        scaled = cast_sample(self.sample, self.dtype, magnitude, self.slots)
+        self.scaled_slots = self.slots if only is None else only
+        scaled = cast_sample(self.sample, self.dtype, magnitude, self.scaled_slots)
         self.where, self.magnitude, self.truth_skipped = where, magnitude, False
         try:
             got, drawn = forward_and_backward(self.context, scaled, self.dtype, self.cotangents)
@@ -135,6 +138,11 @@ class Judge:
         self.unscaled_runs = True  # an op that raises there propagates: the op's failure
 
     def _scaled_line(self):
+        if self.scaled_slots != self.slots:
+            names = ", ".join(f"`{self.context.case.arg_name(slot)}`" for slot in self.scaled_slots)
+            return (f"magnitude {self.where}: {names} scaled so its largest |element| is {fmt(self.magnitude)}, the "
+                    "other inputs as given (one input at a time here: products of two tiny inputs are subnormal, "
+                    "whose arithmetic runs up to 150 times slower)")
         return (f"magnitude {self.where}: every differentiated input scaled so its largest |element| is "
                 f"{fmt(self.magnitude)} (constants= arguments keep their values)")
 
