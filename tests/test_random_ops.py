@@ -1,6 +1,9 @@
-"""Ops drawing from torch's global random generator: judged where their runs can draw alike, skipped where not."""
+"""Ops drawing from torch's global random generator: judged with their draws alike wherever runs are compared."""
 
 import textwrap
+
+import torch
+from torch.autograd import Function
 
 from pytest_autograd.engine.api import run_checks
 from reference_ops.random_ops import (
@@ -11,14 +14,14 @@ from reference_ops.random_ops import (
     dropout_samples,
 )
 
-RANDOM = "the op draws random numbers from torch's global generator"
+FIXED = "the op draws random numbers from torch's global generator"
 
 
-def outcomes(op, checks=None, **options):
+def outcomes(op, checks, **options):
     return {o.check: o for o in run_checks(op, samples=dropout_samples(), checks=checks, **options)}
 
 
-def test_a_correct_dropout_passes_every_default_check_it_can_judge(pytester, run_pytest):
+def test_a_correct_dropout_passes_every_default_check_but_determinism(pytester, run_pytest):
     pytester.makepyfile(test_ops=textwrap.dedent("""
         import pytest
         from reference_ops.random_ops import Dropout, DropoutFixedDraw, dropout_samples
@@ -35,25 +38,18 @@ def test_a_correct_dropout_passes_every_default_check_it_can_judge(pytester, run
     assert result.ret == 0, result.stdout.str()
 
 
-def test_checks_comparing_runs_in_another_dtype_skip_a_dropout_drawing_in_the_inputs_dtype_and_say_why():
-    found = outcomes(Dropout, checks=["precision", "extreme"])
-    for name in ("precision", "extreme"):
-        assert found[name].status == "skipped", found[name].detail
-        assert RANDOM in found[name].detail and f"and {name} compares runs that draw different numbers" in \
-            found[name].detail
+def test_a_dropout_drawing_in_the_inputs_dtype_and_order_is_judged_with_its_draws_fixed_by_position():
+    found = outcomes(Dropout, ["precision", "extreme", "noncontiguous"])
+    for name, outcome in found.items():
+        assert outcome.status == "passed", (name, outcome.detail)
+        assert FIXED in outcome.detail and "judged with its draws fixed by each element's position" in outcome.detail
 
 
-def test_a_dropout_whose_mask_is_drawn_alike_in_every_run_is_judged_by_precision_and_extreme():
-    found = outcomes(DropoutFixedDraw, checks=["precision", "extreme", "noncontiguous"])
+def test_a_dropout_whose_mask_is_drawn_alike_in_every_run_needs_no_fixing():
+    found = outcomes(DropoutFixedDraw, ["precision", "extreme", "noncontiguous"])
     assert {name: o.status for name, o in found.items()} == {
         "precision": "passed", "extreme": "passed", "noncontiguous": "passed"}
-
-
-def test_noncontiguous_leaves_out_only_the_layouts_where_the_mask_is_drawn_in_another_order():
-    (outcome,) = run_checks(Dropout, samples=dropout_samples(), checks=["noncontiguous"])
-    assert outcome.status == "passed", outcome.detail
-    assert "the transposed layout not judged: the op draws random numbers" in outcome.detail
-    assert "sliced layout not judged" not in outcome.detail
+    assert not any(FIXED in o.detail for o in found.values())
 
 
 def test_a_dropout_ignoring_its_mask_in_backward_fails_gradcheck():
@@ -62,19 +58,86 @@ def test_a_dropout_ignoring_its_mask_in_backward_fails_gradcheck():
     assert "gradient of output w.r.t. `x` does not match the numerical derivative" in outcome.detail
 
 
-def test_a_layout_bug_in_a_random_op_is_not_excused_as_its_draws():
+def test_a_layout_bug_in_a_random_op_still_fails_noncontiguous():
     (outcome,) = run_checks(DropoutFixedDrawReadsGradContiguous, samples=dropout_samples(), checks=["noncontiguous"])
     assert outcome.status == "failed", outcome.detail
     assert "gradient w.r.t. `x` differs from the contiguous run when grad_output is transposed" in outcome.detail
 
 
-def test_a_deterministic_op_differing_from_its_reference_is_not_taken_for_a_random_one():
-    import torch
+class DropoutReadsInputContiguous(Dropout):
+    """BUG: forward reads its input's memory as if it were contiguous."""
 
-    def float16_inside(x):
-        return (x.half() * 3.0).to(x.dtype)
+    @staticmethod
+    def forward(ctx, x, p):
+        keep = (torch.rand_like(x) >= p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(keep)
+        return torch.as_strided(x, x.shape, [x.shape[-1], 1], x.storage_offset()) * keep
 
-    (outcome,) = run_checks(float16_inside, torch.randn(64, dtype=torch.float32), checks=["reference"],
-                            reference=lambda x: x * 3.0)
+
+class DropoutWrongScale(Dropout):
+    """BUG: kept elements scaled by 1/p instead of 1/(1 - p), in forward and backward alike."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        keep = (torch.rand_like(x) >= p).to(x.dtype) / p
+        ctx.save_for_backward(keep)
+        return x * keep
+
+
+def dropout_reference(x, p):
+    return x * ((torch.rand_like(x) >= p).to(x.dtype) / (1 - p))
+
+
+class DropoutSoftmaxOverflow(Function):
+    """BUG: a fused softmax + dropout without the max subtracted: NaN at large |x| in float32."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        keep = (torch.rand_like(x) >= p).to(x.dtype) / (1 - p)
+        e = x.exp()
+        y = e / e.sum(-1, keepdim=True)
+        ctx.save_for_backward(y, keep)
+        return y * keep
+
+    @staticmethod
+    def backward(ctx, grad):
+        y, keep = ctx.saved_tensors
+        g = grad * keep
+        return y * (g - (g * y).sum(-1, keepdim=True)), None
+
+
+def test_a_random_ops_forward_layout_bug_fails_noncontiguous_with_its_draws_alike():
+    (outcome,) = run_checks(DropoutReadsInputContiguous, samples=dropout_samples(), checks=["noncontiguous"])
     assert outcome.status == "failed", outcome.detail
-    assert RANDOM not in outcome.detail
+    assert "output differs from the contiguous run when `x`" in outcome.detail
+
+
+def test_a_random_op_off_from_a_reference_drawing_as_it_does_fails_reference():
+    (outcome,) = run_checks(DropoutWrongScale, samples=dropout_samples(), checks=["reference"],
+                            reference=dropout_reference)
+    assert outcome.status == "failed", outcome.detail
+    assert "output of the op differs from the reference" in outcome.detail
+
+
+def test_a_random_op_overflowing_at_large_inputs_fails_extreme():
+    (outcome,) = run_checks(DropoutSoftmaxOverflow, samples=dropout_samples(), checks=["extreme"])
+    assert outcome.status == "failed", outcome.detail
+    assert "output is NaN in float32 for inputs scaled to max |x| = " in outcome.detail
+
+
+def test_an_op_started_from_random_numbers_with_a_wrong_formula_still_fails_its_reference():
+    def spectral_normalized_wrong(w):
+        u = torch.randn(w.shape[0], dtype=w.dtype)  # power iteration from a random start
+        for _ in range(50):
+            v = torch.nn.functional.normalize(w.t() @ u, dim=0)
+            u = torch.nn.functional.normalize(w @ v, dim=0)
+        sigma = u @ w @ v
+        return w / sigma ** 2  # BUG: sigma squared
+
+    def spectral_normalized(w):
+        return w / torch.linalg.matrix_norm(w, ord=2)
+
+    w = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    (outcome,) = run_checks(spectral_normalized_wrong, w, checks=["reference"], reference=spectral_normalized)
+    assert outcome.status == "failed", outcome.detail
+    assert FIXED not in outcome.detail

@@ -50,10 +50,8 @@ from pytest_autograd.engine.execution import (
     random_cotangents,
 )
 from pytest_autograd.engine.outcomes import skip
-from pytest_autograd.engine.random_draws import random_draws_reason
 from pytest_autograd.results.compare import compare_tensors
 
-OTHER_DRAWS = "a transposed input's torch.rand_like draws in its memory order"
 HINT = ("the kernel reads memory as if the tensor were contiguous: call .contiguous() on inputs (and on "
         "grad_output in backward) before handing them to a kernel, or index with the tensor's strides")
 
@@ -200,6 +198,7 @@ LAYOUTS = [
 class NonContiguous(Check):
     name = "noncontiguous"
     description = "transposed, sliced, expanded and channels-last inputs and grad_outputs give the same results"
+    random_draws_differ = "torch.rand_like of a transposed input draws in its memory order"
 
     def applies(self, case, device):
         for sample in case.samples:
@@ -218,8 +217,7 @@ class NonContiguous(Check):
                 if _check_plan(context, plan, layout, sample, baseline):
                     ran = True
         if not ran:
-            skip(random_draws_reason(self.name, OTHER_DRAWS, context, None)
-                 or "no argument or output of any sample can be laid out non-contiguously")
+            skip("no argument or output of any sample can be laid out non-contiguously")
 
 
 @dataclass
@@ -430,11 +428,6 @@ def _check_plan(context, plan, layout, sample, baseline):
     problem = _difference(context, plan, expected, set(plan.laid), cotangents, True)
     if problem is None:
         return True
-    if _other_draws(context, problem):
-        context.note(f"noncontiguous: the {layout.name} layout not judged: the op draws random numbers from torch's "
-                     "global generator, and draws other ones in that layout (torch.rand_like follows its memory "
-                     "order)")
-        return False
     if not layout.keeps_values and _only_rounding(context, layout, sample, problem):
         equal = {"expanded": "the values along the leading dim"}.get(layout.name, "every element of grad_output")
         context.note(f"noncontiguous: the {layout.name} layout makes {equal} equal, where the op "
@@ -446,15 +439,6 @@ def _check_plan(context, plan, layout, sample, baseline):
     if cotangent_laid and _difference(context, plan, expected, set(), cotangents, True) is not None:
         culprits.append("grad_output")
     _report(context, layout, problem, culprits or _everything(plan, cotangent_laid), not culprits)
-
-
-def _other_draws(context, problem):
-    """True when a mismatch may be the op's random draws: an output differs (every call starts from one seed, so
-    equal outputs mean equal draws, and a gradient differing after them is the layout's doing) and the op draws
-    from torch's global generator."""
-    if isinstance(problem, OpRaised) or problem[2] is None:
-        return False
-    return random_draws_reason(check.name, OTHER_DRAWS, context, context.sample_index) is not None
 
 
 def _only_rounding(context, layout, sample, problem):

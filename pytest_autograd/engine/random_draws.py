@@ -1,81 +1,141 @@
-"""Ops that draw from torch's global random generator, and the checks that cannot compare their runs.
+"""Ops that draw from torch's global random generator: judged again with their draws fixed by position.
 
 Dropout, noise injection and stochastic rounding draw new numbers on every
-call: two runs agree only when they draw the same ones, from the same seed
-and with the same dtype, device and memory order. A check that compares
-runs differing in one of those (float32 against float64, a transposed input
-against a contiguous one, CPU against CUDA, the op against a reference that
-draws its own) sees the draws differ and cannot tell that from a bug.
+call. Two runs agree only when they draw the same ones: from one seed, and
+in the same dtype, memory order and device (``torch.rand_like`` of a
+transposed input draws in its memory order; float32 and float64 draws
+differ; the CPU's and a GPU's generators differ). A check that compares runs
+differing in one of those (precision's float32 run against float64, a
+transposed input against a contiguous one, CPU against CUDA, the op against
+a reference) names what differs (``Check.random_draws_differ``).
 
-Such a check names what differs (``Check.random_draws_differ``). When it
-fails, the runner asks whether the op draws from the global generator:
-its outputs repeat when it is reseeded with one seed and change with
-another. Then the check cannot judge the op, and it is skipped, saying why.
-An op whose runs differ even from the same seed is nondeterministic, not
-random: its failure stands. The derivative checks are not among them: they
-compare runs in one dtype, layout and device, and a wrong backward of a
-random op still fails there.
+When such a check fails and the op draws from the global generator, the
+runner runs the check again under :class:`FixedDraws`: every draw from the
+global generator is replaced by numbers fixed by the tensor's shape and each
+element's logical position, the same in every dtype, layout and device. The
+check's verdict there is the verdict: a dropout whose runs differed only by
+their masks passes (with a note), and a wrong op still fails, its draws alike
+on both sides. Draws from a ``torch.Generator`` of the op's own, and the
+checks' own draws, are left as they are.
 """
 
+import sys
+
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_autograd.engine.device_faults import raise_if_fault
-from pytest_autograd.engine.devices import cuda_devices
-from pytest_autograd.engine.outcomes import OpRaised, UsageProblem
-
-SEED_OFFSET = 7919  # the second seed: another stream than the item's own
-
-
-def random_draws_reason(check_name, what, context, sample_index):
-    """Why check ``check_name`` cannot judge the op (it draws from the global generator, and the check compares
-    runs that draw differently: ``what``), or None. ``sample_index``: the failing sample (None: every sample is
-    asked)."""
-    if not what:
-        return None
-    samples = context.case.samples
-    indices = [sample_index] if isinstance(sample_index, int) and sample_index < len(samples) else range(len(samples))
-    if not any(_draws_from_global_generator(context, samples[index]) for index in indices):
-        return None
-    return (f"the op draws random numbers from torch's global generator (its outputs repeat from one seed and "
-            f"change with another, as dropout's do), and {check_name} compares runs that draw different numbers "
-            f"({what}), so it cannot judge the op; to have it judged, pass the op a torch.Generator (or a seed) "
-            f"for its draws")
+UNIFORM = {"rand", "rand_like", "uniform"}
+NORMAL = {"randn", "randn_like", "normal"}
+BERNOULLI = {"bernoulli"}
+INTEGERS = {"randint", "randint_like", "random"}
+RANDOM_OPS = UNIFORM | NORMAL | BERNOULLI | INTEGERS | {"randperm", "exponential"}
 
 
-def _draws_from_global_generator(context, sample):
-    """True when the op's outputs on ``sample`` are the same from one seed twice and differ from another seed."""
-    try:
-        first, again, other = (_outputs_from(context, sample, seed)
-                               for seed in (context.seed, context.seed, context.seed + SEED_OFFSET))
-    except (OpRaised, UsageProblem):
-        return False
-    except Exception as error:  # the question cannot be asked here (a device torch cannot seed): the failure stands
-        raise_if_fault(error)
-        return False
-    return _same(first, again) and not _same(first, other)
+class FixedDraws(TorchDispatchMode):
+    """Draws from torch's global generator replaced by numbers fixed by shape and logical position; ``drew``
+    tells whether the code run under it drew any."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return "torch._dynamo" in sys.modules  # see checks.growth.CreatedTensors
+
+    def __init__(self):
+        super().__init__()
+        self.drew = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        name = func._schema.name.split("::")[-1].rstrip("_")
+        own_generator = kwargs.get("generator") is not None or any(isinstance(a, torch.Generator) for a in args)
+        if name not in RANDOM_OPS or own_generator or not isinstance(result, torch.Tensor):
+            return result
+        if result.is_complex() or result.layout != torch.strided or not result.numel():
+            return result
+        self.drew = True
+        fixed = _fixed_values(name, func, args, tuple(result.shape))
+        if fixed is not None:
+            with torch.no_grad():
+                result.copy_(fixed)
+        return result
 
 
-def _outputs_from(context, sample, seed):
-    from pytest_autograd.checks._reruns import seed_generators
+def draws_from_global_generator(context, sample):
+    """True when the op's forward on ``sample`` draws from torch's global generator (seen by :class:`FixedDraws`)."""
     from pytest_autograd.engine.execution import prepare, run_op
 
-    with torch.random.fork_rng(devices=cuda_devices(context.device)):
-        seed_generators(context.device, seed)
-        outputs = run_op(context.case, prepare(context.case, sample, context.device))
-        return [out.detach().clone() for out in outputs if isinstance(out, torch.Tensor)]
+    mode = FixedDraws()
+    try:
+        with torch.random.fork_rng(devices=_cuda(context)), mode:
+            run_op(context.case, prepare(context.case, sample, context.device))
+    except Exception as error:  # an op that cannot run here: the failure stands as it is
+        from pytest_autograd.engine.device_faults import raise_if_fault
 
-
-def _same(a, b):
-    if len(a) != len(b):
+        raise_if_fault(error)
         return False
-    for x, y in zip(a, b):
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return False
-        if torch.equal(x, y):
-            continue
-        if not (x.is_floating_point() or x.is_complex()) or not bool(((x == y) | (x.isnan() & y.isnan())).all()):
-            return False
-    return True
+    return mode.drew
 
 
-__all__ = ["random_draws_reason"]
+def _cuda(context):
+    from pytest_autograd.engine.devices import cuda_devices
+
+    return cuda_devices(context.device)
+
+
+def _uniform(shape, salt=0):
+    """Uniform numbers in [0, 1), float64 on the CPU, fixed by ``shape`` (and ``salt``) and logical position."""
+    numel = 1
+    for size in shape:
+        numel *= size
+    generator = torch.Generator().manual_seed((hash(tuple(shape)) + salt) % (2 ** 62))
+    return torch.rand(numel, generator=generator, dtype=torch.float64).view(shape)
+
+
+def _argument(args, position, default):
+    return args[position] if len(args) > position and args[position] is not None else default
+
+
+def _fixed_values(name, func, args, shape):
+    """The fixed numbers one random op returns (float64 or int64 on the CPU), or None to leave its draw."""
+    u = _uniform(shape)
+    if name in UNIFORM:
+        low, high = (_argument(args, 1, 0.0), _argument(args, 2, 1.0)) if name == "uniform" else (0.0, 1.0)
+        return low + (high - low) * u
+    if name in NORMAL:
+        other = _uniform(shape, salt=1)
+        standard = torch.sqrt(-2.0 * torch.log1p(-u)) * torch.cos(2 * torch.pi * other)
+        if name == "normal":
+            return _argument(args, 1, 0.0) + _argument(args, 2, 1.0) * standard
+        return standard
+    if name == "bernoulli":  # bernoulli_(self, p=0.5), bernoulli(self, p), or bernoulli(self) with self the p
+        in_place = func._schema.name.endswith("_")
+        p = _argument(args, 1, 0.5) if in_place or func._schema.overload_name == "p" else args[0]
+        p = p.detach().to("cpu", torch.float64) if isinstance(p, torch.Tensor) else p
+        return (u < p).to(torch.float64)
+    if name == "exponential":
+        return -torch.log1p(-u) / _argument(args, 1, 1.0)
+    if name == "randperm":
+        return torch.argsort(u)
+    bounds = _integer_bounds(name, func, args)
+    if bounds is None:
+        return None
+    low, high = bounds
+    return (low + torch.floor(u * (high - low))).to(torch.int64)
+
+
+def _integer_bounds(name, func, args):
+    """(low, high) of an integer draw, or None for one whose range is the dtype's (left as drawn)."""
+    schema = func._schema.overload_name
+    if name == "randint":
+        return (args[0], args[1]) if schema.startswith("low") else (0, args[0])
+    if name == "randint_like":
+        return (args[1], args[2]) if schema.startswith("low") else (0, args[1])
+    if name == "random":
+        if schema == "from":
+            return (args[1], args[2]) if args[2] is not None else None
+        if schema == "to":
+            return (0, args[1])
+    return None
+
+
+__all__ = ["FixedDraws", "draws_from_global_generator"]

@@ -11,7 +11,7 @@ from pytest_autograd.engine.float32_math import full_float32
 from pytest_autograd.engine.freed_memory import reusing_freed_memory
 from pytest_autograd.engine.execution import op_failure
 from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
-from pytest_autograd.engine.random_draws import random_draws_reason
+from pytest_autograd.engine.random_draws import FixedDraws, draws_from_global_generator
 from pytest_autograd.engine.seeding import seed_torch
 from pytest_autograd.engine.triton_interpreter import interpreter_refusal, watching_interpreted_dtypes
 from pytest_autograd.engine.torch_noise import quiet_torch_machinery
@@ -33,12 +33,47 @@ def run_check(check, context, reseed=False):
     if earlier is not None:
         return _not_run_after_fault(check, context, earlier)
     failure = _run_once(check, context, reseed)
+    if failure is not None and _draws_differ(check, context, failure):
+        failure = _with_fixed_draws(check, context, reseed)
     for _ in context.case.samples:  # each sample found to need float32 once, at most
         if failure is None or not _judged_in_float32_instead(context, failure):
             break
         context.restart()
         failure = _run_once(check, context, reseed)
     return failure
+
+
+def _draws_differ(check, context, failure):
+    """Whether a failure of a check comparing runs that cannot draw alike (``random_draws_differ``) may be the op's
+    random draws: the op draws from torch's global generator (see ``engine/random_draws``)."""
+    if not getattr(check, "random_draws_differ", None):
+        return False
+    samples = context.case.samples
+    index = failure.report.sample
+    indices = [index] if isinstance(index, int) and index < len(samples) else range(len(samples))
+    return any(draws_from_global_generator(context, samples[i]) for i in indices)
+
+
+def _with_fixed_draws(check, context, reseed):
+    """The check's verdict with the op's draws from the global generator fixed by position, alike in every run it
+    compares; computed afresh (the work other checks shared drew as the op does)."""
+    kept = {key: context.case.__dict__.pop(key) for key in SHARED_WORK if key in context.case.__dict__}
+    notes = len(context.notes)
+    context.restart()
+    try:
+        with FixedDraws():
+            failure = _run_once(check, context, reseed)
+    finally:
+        context.case.__dict__.update(kept)
+    del context.notes[notes:]  # the failed run's notes are not this run's
+    if failure is None:
+        context.note(f"{check.name}: the op draws random numbers from torch's global generator, and "
+                     f"{check.random_draws_differ}: judged with its draws fixed by each element's position, the "
+                     "same numbers in every run")
+    return failure
+
+
+SHARED_WORK = ("_plain_runs", "_reference_runs", "_first_orders")  # runs one check makes for others
 
 
 def _judged_in_float32_instead(context, failure):
@@ -64,10 +99,6 @@ def _run_once(check, context, reseed):
         if expired is not None:
             return time_budget_failure(check.name, expired, context.device, context.sample_index)
     except CheckFailure as raised:
-        random_op = random_draws_reason(check.name, getattr(check, "random_draws_differ", None), context,
-                                        raised.report.sample)
-        if random_op:
-            raise CheckSkipped(random_op) from None
         refusal = untrusted(raised.report.dtype)
         if refusal and _looks_like_garbage(raised.report):
             raise CheckSkipped(refusal) from None
