@@ -2,6 +2,8 @@
 
 import textwrap
 
+import torch
+
 
 def run(pytester, run_pytest, source, *args):
     pytester.makepyfile(textwrap.dedent(source))
@@ -130,3 +132,39 @@ def test_leak_does_not_blame_inputs_that_a_complex_output_keeps_while_backward_n
             return [(torch.randn(3), torch.randn(3))]
     """)
     result.assert_outcomes(passed=1)
+
+
+TABLE = torch.linspace(0.5, 1.5, 8)  # a cache every call shares
+
+
+class ScaleByTable(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, table):
+        ctx.table = table
+        return x * table
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.table, None
+
+
+class ScaleKeepsItsOutput(ScaleByTable):
+    """BUG: ctx.output = output closes a reference cycle."""
+
+    @staticmethod
+    def forward(ctx, x, table):
+        ctx.table = table
+        output = x * table
+        ctx.output = output
+        return output
+
+
+def test_a_wrapper_handing_its_function_a_shared_cache_passes_and_one_keeping_its_output_on_ctx_fails():
+    from pytest_autograd.engine.api import run_checks
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    (right,) = run_checks(lambda x: ScaleByTable.apply(x, TABLE), x, checks=["leak"], shrink=0)
+    assert right.status == "passed", right.detail
+    (wrong,) = run_checks(lambda x: ScaleKeepsItsOutput.apply(x, TABLE), x, checks=["leak"], shrink=0)
+    assert wrong.status == "failed", wrong.detail
+    assert "ctx.output" in wrong.detail

@@ -357,7 +357,11 @@ def _jittered(tensor, dims, old, generator):
         return tensor
     middle = (top + bottom) / 2
     low, high = JITTER
-    fraction = uniform(tuple(values.shape), generator).to(values.device).mul_(high - low).add_(low)
+    if real.dtype == torch.float64:  # float32 fractions would tie copies of one value that draw the same one
+        fraction = torch.rand(tuple(values.shape), generator=generator, dtype=torch.float64).to(values.device)
+    else:
+        fraction = uniform(tuple(values.shape), generator).to(values.device)
+    fraction = fraction.mul_(high - low).add_(low)
     moved = values + fraction * (middle - values)
     exact = moved
     for dim in dims:

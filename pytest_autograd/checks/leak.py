@@ -20,6 +20,7 @@ given, then drops its own references and reports what is still alive.
 import gc
 import warnings
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +37,7 @@ from pytest_autograd.checks._hygiene import (
     tensor_arguments,
 )
 from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.growth import CreatedTensors
 from pytest_autograd.engine.execution import grads_of, output_label, random_cotangents
 
 SAVE_HINT = ("save tensors the backward needs with ctx.save_for_backward(...) and read them back with "
@@ -104,11 +106,20 @@ def _run_and_drop(context, prepared, probe):
     case = context.case
     args, kwargs = prepared.call_args()
     arguments = tensor_arguments(case, args, kwargs)
-    call = call_with(case, args, kwargs)
+    created = None if case.is_function else CreatedTensors()
+    with created if created is not None else nullcontext():
+        call = call_with(case, args, kwargs)
     outputs = call.outputs
     count = len(outputs)
     node = function_node(case, outputs)
     probe.attributes = _ctx_tensors(node, arguments, outputs)
+    if created is not None:
+        # A Function found inside a wrapper or a module: its own arguments are not the op's. A tensor that existed
+        # before the call (a cache the module holds, handed to the Function) outlives it by design; only what the
+        # call made is the op's to free.
+        made = {id(tensor) for tensor in created.alive()}
+        probe.attributes = [a for a in probe.attributes if a.relation != "intermediate" or id(a.ref()) in made]
+        del made
     probe.saved = _saved_relations(node, arguments, outputs)
     probe.tracked = [(output_label(k, count), weakref.ref(out), nbytes(out)) for k, out in enumerate(outputs)]
     if node is not None:
