@@ -1,17 +1,18 @@
 """Dropout drawing its mask from torch's global random generator, as ``torch.nn.functional.dropout`` does.
 
-Checks that compare runs in another dtype, layout or device, or against a
-reference, cannot draw the same mask there. They say so and skip, or leave
-the layout out with a note; every run of one check starts from one seed, so
-a mask drawn in a fixed order and dtype (:class:`DropoutFixedDraw`, whose
+Every run of a check that compares runs starts from one seed, so a mask
+drawn in a fixed order and dtype (:class:`DropoutFixedDraw`, whose
 ``torch.rand`` takes the shape and float32 whatever the input) is the same
-in every run, and the op is judged there too.
+in every run. A mask drawn by ``torch.rand_like`` differs in another dtype,
+layout or device: a check failing there runs again with the op's draws
+fixed by position (``engine/random_draws``), and judges it with its masks
+alike.
 
 * :class:`Dropout` -- correct; ``torch.rand_like`` draws in the input's dtype and memory order.
 * :class:`DropoutFixedDraw` -- correct; the mask is drawn in float32, in row-major order.
 * :class:`DropoutBackwardIgnoresMask` -- backward passes grad_output through unmasked (gradcheck catches it).
 * :class:`DropoutFixedDrawReadsGradContiguous` -- backward reads grad_output as if it were contiguous
-  (noncontiguous catches it: equal outputs in a layout mean equal masks, so a gradient that differs is no draw).
+  (noncontiguous catches it).
 
 An op drawing random numbers fails the determinism check by design (two runs
 without reseeding differ): its tests skip it, ``skip=["determinism"]``.

@@ -30,8 +30,8 @@ class Check:
     runs with torch's TF32 switches off (``engine.float32_math``), so a float32 verdict judges the op's code, not
     the GPU's default math mode, and with large tensors reusing freed memory (``engine.freed_memory``).
     ``random_draws_differ``: for a check comparing runs that cannot draw the same random numbers, what differs
-    between them; an op drawing from torch's global generator is then skipped, not failed
-    (``engine.random_draws``).
+    between them; a failure on an op drawing from torch's global generator is then judged again with its draws
+    fixed by position (``engine.random_draws``).
     """
 
     name = None
