@@ -141,3 +141,19 @@ def test_an_op_started_from_random_numbers_with_a_wrong_formula_still_fails_its_
     (outcome,) = run_checks(spectral_normalized_wrong, w, checks=["reference"], reference=spectral_normalized)
     assert outcome.status == "failed", outcome.detail
     assert FIXED not in outcome.detail
+
+
+def test_fixed_draws_are_the_same_in_every_dtype_and_layout_and_leave_a_generators_own_draws_alone():
+    from pytest_autograd.engine.random_draws import FixedDraws
+
+    x = torch.randn(4, 6)
+    own = torch.Generator().manual_seed(1)
+    with FixedDraws() as mode:
+        contiguous, transposed = torch.rand_like(x), torch.rand_like(x.t().contiguous().t())
+        wide = torch.rand_like(x.double())
+        dropped, (fused, _) = torch.nn.functional.dropout(x, 0.3), torch.ops.aten.native_dropout(x, 0.3, True)
+        drawn = torch.rand(3, generator=own)
+    assert mode.drew
+    assert torch.equal(contiguous, transposed) and torch.allclose(contiguous.double(), wide)
+    assert torch.equal(dropped, fused), "the CPU's dropout (bernoulli) and the fused one (CUDA's) draw alike"
+    assert torch.equal(drawn, torch.rand(3, generator=torch.Generator().manual_seed(1)))

@@ -47,6 +47,9 @@ class FixedDraws(TorchDispatchMode):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
         name = func._schema.name.split("::")[-1].rstrip("_")
+        if name == "native_dropout" and args[2] is not False:  # the fused dropout CUDA runs F.dropout with
+            self.drew = True
+            return _fixed_dropout(args[0], args[1])
         own_generator = kwargs.get("generator") is not None or any(isinstance(a, torch.Generator) for a in args)
         if name not in RANDOM_OPS or own_generator or not isinstance(result, torch.Tensor):
             return result
@@ -121,6 +124,14 @@ def _fixed_values(name, func, args, shape):
         return None
     low, high = bounds
     return (low + torch.floor(u * (high - low))).to(torch.int64)
+
+
+def _fixed_dropout(input, p):
+    """(output, mask) of ``native_dropout`` with the keep mask ``u < 1 - p``, as ``bernoulli_(1 - p)`` fixes it
+    where the CPU's dropout draws through bernoulli."""
+    keep = (_uniform(tuple(input.shape)) < 1 - p).to(input.device)
+    scale = 1.0 / (1 - p) if p < 1 else 0.0
+    return input * keep.to(input.dtype) * scale, keep
 
 
 def _integer_bounds(name, func, args):
