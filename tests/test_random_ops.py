@@ -157,3 +157,10 @@ def test_fixed_draws_are_the_same_in_every_dtype_and_layout_and_leave_a_generato
     assert torch.equal(contiguous, transposed) and torch.allclose(contiguous.double(), wide)
     assert torch.equal(dropped, fused), "the CPU's dropout (bernoulli) and the fused one (CUDA's) draw alike"
     assert torch.equal(drawn, torch.rand(3, generator=torch.Generator().manual_seed(1)))
+
+
+def test_a_dropout_judged_with_fixed_draws_keeps_that_runs_notes_and_not_the_failed_ones():
+    (outcome,) = run_checks(Dropout, samples=dropout_samples(), checks=["noncontiguous"])
+    assert outcome.status == "passed", outcome.detail
+    assert outcome.detail.count(FIXED) == 1
+    assert "differs" not in outcome.detail

@@ -32,8 +32,10 @@ def run_check(check, context, reseed=False):
     earlier = device_faults.fault_on(context.device)
     if earlier is not None:
         return _not_run_after_fault(check, context, earlier)
+    notes = len(context.notes)
     failure = _run_once(check, context, reseed)
     if failure is not None and _draws_differ(check, context, failure):
+        del context.notes[notes:]  # the failed run's notes are not the verdict's
         failure = _with_fixed_draws(check, context, reseed)
     for _ in context.case.samples:  # each sample found to need float32 once, at most
         if failure is None or not _judged_in_float32_instead(context, failure):
@@ -58,14 +60,12 @@ def _with_fixed_draws(check, context, reseed):
     """The check's verdict with the op's draws from the global generator fixed by position, alike in every run it
     compares; computed afresh (the work other checks shared drew as the op does)."""
     kept = {key: context.case.__dict__.pop(key) for key in SHARED_WORK if key in context.case.__dict__}
-    notes = len(context.notes)
     context.restart()
     try:
         with FixedDraws():
             failure = _run_once(check, context, reseed)
     finally:
         context.case.__dict__.update(kept)
-    del context.notes[notes:]  # the failed run's notes are not this run's
     if failure is None:
         context.note(f"{check.name}: the op draws random numbers from torch's global generator, and "
                      f"{check.random_draws_differ}: judged with its draws fixed by each element's position, the "
