@@ -315,9 +315,11 @@ class _Run:
     def reasons(self):
         found = []
         for (index, size), seen in self.seen.items():
-            for verdict in seen.values():
+            axis = next((a for a in self.axes.get(index, ()) if a.size == size), None)
+            where = f"{_dim(axis)} (size {size})" if axis is not None and axis.tensor_places else f"size {size}"
+            for tried, verdict in seen.items():
                 if verdict.reason:
-                    found.append(f"sample {index}, size {size}: {verdict.reason}")
+                    found.append(f"sample {index}, {where} at {tried}: {verdict.reason}")
         return list(dict.fromkeys(found))[:3] or ["every variant ran out of time"]
 
 
