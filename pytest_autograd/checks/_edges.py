@@ -53,9 +53,7 @@ class Outside:
 
 def differentiated_slots(case, sample):
     """Slots of the floating tensor arguments the checks differentiate (all but ``constants=``)."""
-    slots = [i for i, a in enumerate(sample.args)] + list(sample.kwargs)
-    values = sample.values()
-    return {slot for slot, value in zip(slots, values)
+    return {slot for slot, value in zip(sample.slots(), sample.values())
             if isinstance(value, torch.Tensor) and value.is_floating_point() and slot not in case.constant_slots}
 
 
@@ -300,24 +298,33 @@ class Judge:
         return moved
 
     def _nudged(self, scaled, sign):
-        """The scaled sample with each differentiated element moved by about one rounding of the dtype.
+        """The scaled sample with each differentiated element moved by about one rounding of the dtype (see
+        :func:`nudged`); zeros move too."""
+        return nudged(scaled, self.slots, self.dtype, sign, self.context.seed)
 
-        Random signs (antithetic: ``sign`` flips them all) so that ties are broken
-        both ways and kinks are crossed from both sides; zeros move too.
-        """
-        eps = torch.finfo(self.dtype).eps
-        generator = torch.Generator().manual_seed(self.context.seed)
 
-        def nudge(slot, value):
-            if slot not in self.slots or not isinstance(value, torch.Tensor):
-                return value
-            value = value.to(torch.float64)
-            peak = float(value.abs().max()) if value.numel() else 0.0
-            signs = torch.randint(0, 2, value.shape, generator=generator, dtype=torch.float64) * 2 - 1
-            return value + sign * signs * eps * (value.abs() + eps * peak)
+def nudged(sample, slots, dtype, sign, seed, zeros_too=True):
+    """``sample`` with each element of its tensors in ``slots`` moved by about one rounding of ``dtype``, as float64.
 
-        return scaled.replace(args=[nudge(i, a) for i, a in enumerate(scaled.args)],
-                              kwargs={k: nudge(k, v) for k, v in scaled.kwargs.items()})
+    Random signs drawn from ``seed`` (antithetic: ``sign`` flips them all), so that ties are broken both ways and
+    kinks are crossed from both sides. ``zeros_too``: an element's move has a floor of eps x the tensor's largest
+    |element|, so zeros move as well.
+    """
+    eps = torch.finfo(dtype).eps
+    generator = torch.Generator().manual_seed(seed)
+
+    def nudge(slot, value):
+        if slot not in slots or not isinstance(value, torch.Tensor):
+            return value
+        value = value.to(torch.float64)
+        step = value.abs()
+        if zeros_too:
+            step += eps * (float(value.abs().max()) if value.numel() else 0.0)
+        signs = torch.randint(0, 2, value.shape, generator=generator, dtype=torch.float64) * 2 - 1
+        return value + sign * signs * eps * step
+
+    return sample.replace(args=[nudge(i, a) for i, a in enumerate(sample.args)],
+                          kwargs={k: nudge(k, v) for k, v in sample.kwargs.items()})
 
 
 class _Compared:

@@ -78,12 +78,11 @@ def compare_runs(context, expected_side, got_side, expected_label, got_label, ro
                          output=output_label(k, count),
                          hint="forward returned a tensor detached from the graph, or marked it with "
                               "ctx.mark_non_differentiable: a loss computed from it then gets no gradient")
-    paired = [(e, g, c) for _, e, g, c in paired]
     try:
-        expected_grads = grads_of([e for e, _, _ in paired], expected_prepared.leaves,
-                                  [c.to(device=e.device, dtype=e.dtype) for e, _, c in paired])
-        got_grads = grads_of([g for _, g, _ in paired], got_prepared.leaves,
-                             [c.to(device=g.device, dtype=g.dtype) for _, g, c in paired])
+        expected_grads = grads_of([e for _, e, _, _ in paired], expected_prepared.leaves,
+                                  [c.to(device=e.device, dtype=e.dtype) for _, e, _, c in paired])
+        got_grads = grads_of([g for _, _, g, _ in paired], got_prepared.leaves,
+                             [c.to(device=g.device, dtype=g.dtype) for _, _, g, c in paired])
     except OpRaised:
         _fail(context, found)  # a differing output is the first thing to fix
         raise

@@ -355,24 +355,13 @@ class Judge:
         reference's too when it rounds to the dtype inside. Such an error is noise: it moves about as much as it
         is large when the inputs move by one rounding. A wrong formula or a squeezed dim is systematic: it stays.
         """
-        from pytest_autograd.checks._edges import differentiated_slots
+        from pytest_autograd.checks._edges import differentiated_slots, nudged
 
         slots = differentiated_slots(self.context.case, variant)
-        eps = torch.finfo(self.dtype).eps
+        low = cast_sample(variant, self.dtype)
         noise = {}
         for sign in (1.0, -1.0):
-            generator = torch.Generator().manual_seed(self.context.seed)
-
-            def nudge(slot, value):
-                if slot not in slots or not isinstance(value, torch.Tensor):
-                    return value
-                wide = value.detach().to(torch.float64)
-                signs = torch.randint(0, 2, wide.shape, generator=generator, dtype=torch.float64) * 2 - 1
-                return (wide + sign * signs * eps * wide.abs()).to(self.dtype)
-
-            low = cast_sample(variant, self.dtype)
-            moved = low.replace(args=[nudge(i, a) for i, a in enumerate(low.args)],
-                                kwargs={k: nudge(k, v) for k, v in low.kwargs.items()})
+            moved = cast_sample(nudged(low, slots, self.dtype, sign, self.context.seed, zeros_too=False), self.dtype)
             try:
                 again, _ = forward_and_backward(self.context, moved, self.dtype, self.last_cotangents)
             except OpRaised:

@@ -9,10 +9,11 @@ floating value but those of one copy (the last whole one, so the sample's
 largest values lie past the first block) a random fraction of the way
 towards the middle of its tensor's range, so values stay inside the range
 the user chose (a positive input stays positive, no ties are created for
-sort or max) while no two elements are equal. ``constants=`` and integer tensors are repeated as
-they are; an integer tensor whose values could index a shrunk dim is taken
-modulo the new size, and a size that an integer tensor holds as its largest
-value (lengths, offsets such as ``cu_seqlens``) is kept fixed.
+sort or max) while no two elements are equal. ``constants=`` and integer
+tensors are repeated as they are; an integer tensor whose values could
+index a shrunk dim is taken modulo the new size, and a size that an integer
+tensor holds as its largest value (lengths, offsets such as ``cu_seqlens``)
+is kept fixed.
 
 On a large sample (its largest tensor over ``CUT_ELEMENTS``), each size's
 variants are taken with the *other* sizes cut (halved, never below
@@ -363,17 +364,12 @@ def _jittered(tensor, dims, old, generator):
         fraction = uniform(tuple(values.shape), generator).to(values.device)
     fraction = fraction.mul_(high - low).add_(low)
     moved = values + fraction * (middle - values)
-    exact = moved
-    for dim in dims:
-        exact = exact.narrow(dim, _last_whole_copy(values.shape[dim], old), old)
-    source = values
-    for dim in dims:
-        source = source.narrow(dim, _last_whole_copy(values.shape[dim], old), old)
-    exact.copy_(source)
+
+    def last_whole_copy(grown):
+        for dim in dims:
+            grown = grown.narrow(dim, (grown.shape[dim] // old - 1) * old, old)
+        return grown
+
+    last_whole_copy(moved).copy_(last_whole_copy(values))
     moved = moved.to(real.dtype)
     return torch.view_as_complex(moved) if tensor.is_complex() else moved
-
-
-def _last_whole_copy(size, old):
-    """Where the last whole copy of ``old`` elements starts in a dim grown to ``size`` by repeating them."""
-    return (size // old - 1) * old if old else 0

@@ -4,9 +4,10 @@ Random samples of unit size never reach the range where a naive softmax's
 ``exp`` overflows, a norm's squares underflow, or a saturating op's backward
 takes a shortcut. Every differentiated input (never a ``constants=``
 argument, never an integer tensor) is scaled to a few magnitudes per dtype
-(at the tiny one, an input at a time): 6 and 20 (where tanh/sigmoid/softplus-like ops switch to their tails), just
-past where ``exp`` overflows, ``max ** 0.25 / 2`` (products of up to four
-inputs stay in range) and a value whose square underflows to zero. The op's
+(at the tiny one, an input at a time): 6 and 20 (where
+tanh/sigmoid/softplus-like ops switch to their tails), just past where
+``exp`` overflows, ``max ** 0.25 / 2`` (products of up to four inputs stay
+in range) and a value whose square underflows to zero. The op's
 outputs and gradients in the dtype are judged against the reference in
 float64 (without one: the op in float64) on the same rounded inputs; see
 ``_edges``. Magnitudes where that truth raises or is inf/NaN everywhere are
@@ -166,15 +167,14 @@ def _tiny(judge, magnitude, slots):
 
 def _in_call_order(sample, slots):
     """``slots`` in the order of the call: positions, then keywords as the sample gives them."""
-    order = list(range(len(sample.args))) + list(sample.kwargs)
-    return [slot for slot in order if slot in slots]
+    return [slot for slot in sample.slots() if slot in slots]
 
 
 def _peaks(sample, slots):
-    """The largest |element| of each differentiated input of ``sample`` (NaN where one holds NaN)."""
-    values = sample.values()
+    """The largest |element| of each differentiated input of ``sample`` (NaN where one holds NaN); empty when one
+    has no element."""
     found = []
-    for slot, value in zip(list(range(len(sample.args))) + list(sample.kwargs), values):
+    for slot, value in zip(sample.slots(), sample.values()):
         if slot in slots:
             if not value.numel():
                 return []

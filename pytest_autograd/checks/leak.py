@@ -119,7 +119,6 @@ def _run_and_drop(context, prepared, probe):
         # call made is the op's to free.
         made = {id(tensor) for tensor in created.alive()}
         probe.attributes = [a for a in probe.attributes if a.relation != "intermediate" or id(a.ref()) in made]
-        del made
     probe.saved = _saved_relations(node, arguments, outputs)
     probe.tracked = [(output_label(k, count), weakref.ref(out), nbytes(out)) for k, out in enumerate(outputs)]
     if node is not None:

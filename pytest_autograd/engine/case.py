@@ -24,6 +24,10 @@ class Sample:
         """Every argument, positional then keyword."""
         return [*self.args, *self.kwargs.values()]
 
+    def slots(self):
+        """Where each argument goes, in the order of ``values()``: positions, then keyword names."""
+        return [*range(len(self.args)), *self.kwargs]
+
     def replace(self, args=None, kwargs=None):
         return Sample(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
 

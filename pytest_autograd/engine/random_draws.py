@@ -19,6 +19,7 @@ on both sides. Draws from a ``torch.Generator`` of the op's own, and the
 checks' own draws, are left as they are.
 """
 
+import math
 import sys
 
 import torch
@@ -45,11 +46,11 @@ class FixedDraws(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        result = func(*args, **kwargs)
         name = func._schema.name.split("::")[-1].rstrip("_")
-        if name == "native_dropout" and args[2] is not False:  # the fused dropout CUDA runs F.dropout with
+        if name == "native_dropout" and (args[2] if len(args) > 2 else None) is not False:  # F.dropout on CUDA
             self.drew = True
             return _fixed_dropout(args[0], args[1])
+        result = func(*args, **kwargs)
         own_generator = kwargs.get("generator") is not None or any(isinstance(a, torch.Generator) for a in args)
         if name not in RANDOM_OPS or own_generator or not isinstance(result, torch.Tensor):
             return result
@@ -87,11 +88,8 @@ def _cuda(context):
 
 def _uniform(shape, salt=0):
     """Uniform numbers in [0, 1), float64 on the CPU, fixed by ``shape`` (and ``salt``) and logical position."""
-    numel = 1
-    for size in shape:
-        numel *= size
     generator = torch.Generator().manual_seed((hash(tuple(shape)) + salt) % (2 ** 62))
-    return torch.rand(numel, generator=generator, dtype=torch.float64).view(shape)
+    return torch.rand(math.prod(shape), generator=generator, dtype=torch.float64).view(shape)
 
 
 def _argument(args, position, default):
