@@ -32,7 +32,19 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
   keep the sample's own values exact in the last whole copy, past the first
   block.
 
-Correct twins: :class:`TiledSoftmax`, :class:`SplitKMatmul`,
+* :class:`RowNormalizeBackwardSumsDimOne` -- a row L2 normalization whose
+  backward reduces over dim 1 where the forward reduces over the last dim:
+  the same dim for the ``(rows, features)`` sample, another for a 3-D
+  activation;
+* :class:`TiledSoftmaxRowsFromDimZero` -- forward and backward view the
+  input as ``(x.shape[0], -1)`` rows: for a 3-D activation a row becomes
+  the whole ``(sequence, features)`` slab. Forward and backward agree with
+  each other: only ``reference=`` shows it.
+
+  Both are right at any size of a 2-D sample: the sizes check's variant with
+  one more leading dim shows them.
+
+Correct twins: :class:`TiledSoftmax`, :class:`RowNormalize`, :class:`SplitKMatmul`,
 :class:`BatchCentered`, :class:`OnlineSoftmax`, :class:`BlockRowMax`. :class:`FixedWidthScale` only supports rows of
 ``FIXED_WIDTH`` elements and raises otherwise: a size it refuses is noted,
 never failed. The Triton kernel with a missing last program is in
@@ -58,6 +70,10 @@ __all__ = [
     "BatchCenteredSqueeze",
     "FixedWidthScale",
     "OnlineSoftmax",
+    "RowNormalize",
+    "RowNormalizeBackwardSumsDimOne",
+    "TiledSoftmaxRowsFromDimZero",
+    "row_normalize_reference",
     "OnlineSoftmaxNoRescale",
     "BlockRowMax",
     "BlockRowMaxNoOffset",
@@ -352,6 +368,53 @@ def row_max_reference(x):
     return x.amax(-1)
 
 
+# ---------------------------------------------------------------------------
+# Written for (rows, features): right for any 2-D size, wrong for a 3-D activation
+# ---------------------------------------------------------------------------
+
+
+class RowNormalize(Function):
+    """Each row (the last dim) scaled to unit L2 norm; backward is differentiable, so double backward works."""
+
+    backward_dim = -1
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x / x.norm(dim=-1, keepdim=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        norm = x.norm(dim=-1, keepdim=True)
+        y = x / norm
+        dim = ctx_bug(ctx, "backward_dim")  # BUG in the twin: 1, the last dim only for a 2-D input
+        return (grad - y * (grad * y).sum(dim, keepdim=True)) / norm
+
+
+class RowNormalizeBackwardSumsDimOne(RowNormalize):
+    backward_dim = 1
+
+
+def row_normalize_reference(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+class TiledSoftmaxRowsFromDimZero(Function):
+    """BUG: rows are ``x.reshape(x.shape[0], -1)``, so a 3-D input's row is its whole (sequence, features) slab."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _softmax_forward(x.reshape(x.shape[0], -1)).reshape(x.shape)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return _softmax_backward(y.reshape(y.shape[0], -1), grad.reshape(y.shape[0], -1)).reshape(y.shape)
+
+
 def _randn(*shape, generator=None):
     return torch.randn(*shape, generator=generator)
 
@@ -363,6 +426,7 @@ SAMPLES = {
     "batch_centered": lambda generator=None: [(_randn(4, 8, generator=generator),
                                                _randn(8, generator=generator) + 1.5)],
     "streaming": lambda generator=None: [(_randn(4, 8, generator=generator),)],
+    "rows": lambda generator=None: [(_randn(4, 8, generator=generator),)],
     "fixed_width": lambda generator=None: [(_randn(4, FIXED_WIDTH, generator=generator),
                                             _randn(FIXED_WIDTH, generator=generator))],
 }

@@ -762,6 +762,84 @@ def test_a_wider_variant_keeps_the_samples_own_values_in_its_last_whole_copy():
 
 
 # ---------------------------------------------------------------------------
+# One more leading dim: ops sampled on (rows, features), called on 3-D activations
+# ---------------------------------------------------------------------------
+
+
+def test_a_backward_reducing_over_dim_one_fails_for_a_3d_activation_even_without_a_reference(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=RowNormalizeBackwardSumsDimOne)
+        def test_rows():
+            return SAMPLES["rows"]()
+    """, checks="gradcheck,sizes")
+    result.assert_outcomes(passed=1, failed=1)  # right for every 2-D size: gradcheck passes it
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` is wrong when `x` gets one more leading dim: (4, 8) as (2, 2, 8)",
+        "*judged by: the derivative engine in float64 (finite differences)",
+        "*hint: the op (or its backward) is written for the sample's number of dims: read sizes from the end*",
+    ])
+
+
+def test_a_kernel_taking_rows_from_dim_zero_fails_for_a_3d_activation_against_its_reference(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=TiledSoftmaxRowsFromDimZero, reference=softmax_reference)
+        def test_rows():
+            return SAMPLES["rows"]()
+    """, checks="gradcheck,reference,sizes")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "output is wrong when `x` gets one more leading dim: (4, 8) as (2, 2, 8)",
+        "*judged by: outputs and gradients in float64 against the reference's (same cotangent)",
+    ])
+
+
+@pytest.mark.parametrize("op, reference", [("RowNormalize", "row_normalize_reference"),
+                                           ("TiledSoftmax", "softmax_reference")])
+def test_the_rank_agnostic_twins_pass_every_default_check(pytester, run_pytest, op, reference):
+    pytester.makepyfile(test_ops=HEADER + textwrap.dedent(f"""
+        @pytest.mark.autograd_op(op={op}, reference={reference})
+        def test_rows():
+            return SAMPLES["rows"]()
+    """))
+    result = run_pytest("-rs")
+    assert result.ret == 0, result.stdout.str()
+
+
+def test_an_op_that_refuses_a_third_dim_is_noted_not_failed():
+    class Only2D(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if x.dim() != 2:
+                raise ValueError(f"expected a 2-D input, got {x.dim()}-D")
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    outcome = sizes_outcome(Only2D, [Sample(torch.randn(4, 8))])
+    assert outcome.status == "passed"
+    assert ("not judged when `x` gets one more leading dim: (4, 8) as (2, 2, 8): the op refuses it (ValueError: "
+            "expected a 2-D input, got 3-D)") in outcome.detail, outcome.detail
+
+
+def test_the_leading_dim_splits_every_argument_sharing_dim_zero_and_is_taken_on_a_cut_sample():
+    from pytest_autograd.checks._leading_dim import leading_split
+    from pytest_autograd.checks._size_variants import axes_of, cut_all
+    from pytest_autograd.engine.case import build_case
+
+    x, target, weight = torch.randn(7, 5), torch.arange(7), torch.randn(5)
+    case = build_case({"op": lambda x, target, weight: x}, [Sample(x, target, weight)])
+    split = leading_split(case, case.samples[0])
+    assert [tuple(v.shape) for v in split.sample.args] == [(1, 7, 5), (1, 7), (5,)]  # an odd count: (1, n)
+    assert split.names == ["x", "target"] and torch.equal(split.sample.args[0][0], x)
+    big = build_case({"op": lambda x: x}, [Sample(torch.randn(4096, 1024))])
+    base, cuts = cut_all(big, big.samples[0], axes_of(big, big.samples[0], {}))
+    assert base.args[0].numel() <= 1 << 14 and cuts
+    assert tuple(leading_split(big, base).sample.args[0].shape) == (2, base.args[0].shape[0] // 2, base.args[0].shape[1])
+
+
+# ---------------------------------------------------------------------------
 # Ops computing in float32: a size where any float32 formula cancels is noise, not a bug
 # ---------------------------------------------------------------------------
 

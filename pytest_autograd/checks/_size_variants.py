@@ -246,9 +246,22 @@ def cut_base(case, sample, axis):
     return sample
 
 
+def cut_all(case, sample, axes):
+    """``sample`` with every size it has cut as a variant's others are (CUT_ELEMENTS, CUT_FLOOR), and the cuts:
+    where a change that is not a size (one more leading dim) is tried cheaply."""
+    cuts = cuts_for(_tensor_arguments(sample), axes, Axis(0, []))
+    for other, size in cuts:
+        sample = variant(case, sample, other, size, None)
+    return sample, cuts
+
+
 def describe_cuts(axis):
     """``dim 1 of `x` cut from 1024 to 16, ...`` for a report."""
-    return ", ".join(f"{other.tensor_places[0].describe()} cut from {other.size} to {size}" for other, size in axis.cuts)
+    return describe_cut_list(axis.cuts)
+
+
+def describe_cut_list(cuts):
+    return ", ".join(f"{other.tensor_places[0].describe()} cut from {other.size} to {size}" for other, size in cuts)
 
 
 def variant(case, sample, axis, size, generator):

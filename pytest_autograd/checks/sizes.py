@@ -8,7 +8,9 @@ distinct dimension size of each sample (see ``_size_variants``) is changed
 consistently across the arguments that share it to size + 1, size - 1, 1,
 an odd size just past a power of two and a size spanning several blocks (or
 to the sizes ``sizes=`` gives), and the op is judged there in the strategy
-that applies to it (``_size_judge``). A size the op refuses (raises) is
+that applies to it (``_size_judge``). Then each sample is judged once more
+with one more leading dim (``_leading_dim``): a 3-D activation for an op
+sampled on rows. A size the op refuses (raises) is
 noted, never failed; an op that accepts none is skipped, saying why.
 
 The most telling variants run first, within a time budget; a variant far
@@ -25,6 +27,8 @@ import torch
 
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hints import derivative_hint
+from pytest_autograd.checks._leading_dim import HINT as LEADING_HINT
+from pytest_autograd.checks._leading_dim import leading_split
 from pytest_autograd.checks._size_hints import pattern_hint
 from pytest_autograd.checks._size_judge import (
     COMPILE_SECONDS,
@@ -42,7 +46,9 @@ from pytest_autograd.checks._size_variants import (
     PRIORITY,
     axes_of,
     check_requested_sizes_occur,
+    cut_all,
     cut_base,
+    describe_cut_list,
     describe_cuts,
     growth,
     requested_sizes,
@@ -79,7 +85,7 @@ class Task:
 class Sizes(Check):
     name = "sizes"
     description = ("gradients right at sizes the samples do not have: each dimension size at +1, -1, 1, an odd size "
-                   "past a power of two and a multi-block size")
+                   "past a power of two and a multi-block size, and with one more leading dim")
     options = {"sizes": None, "dtypes": None, **OPTION}
 
     def applies(self, case, device):
@@ -111,6 +117,11 @@ class Sizes(Check):
             if verdict is not None and verdict.status == WRONG:
                 run.notes_out()
                 _report(context, run, task, verdict)
+        for index in range(len(case.samples)):
+            verdict = run.judge_leading(index)
+            if verdict is not None and verdict.status == WRONG:
+                run.notes_out()
+                _report_leading(context, run, index, verdict)
         run.notes_out()
         if not run.judged:
             skip("no size variant could be judged: " + "; ".join(run.reasons()))
@@ -133,6 +144,7 @@ class _Run:
         self.bases = {}  # (index, axis size) -> the sample with that axis' cuts
         self.variants = {}  # (index, axis size, size) -> the last variant made (timed, then judged)
         self.sample_verdicts = {}  # index -> the Verdict at the sample itself (judged only to explain a failure)
+        self.leading = {}  # index -> (LeadingSplit, the sample cut where it was taken, the cuts)
 
     def judge(self, task, pattern=False):
         """The Verdict at ``task`` (None when not run for time); recorded for the notes and the hints."""
@@ -155,11 +167,7 @@ class _Run:
         shaped = self.shaped(task.index, task.axis, task.size)
         elements = growth(sample, task.axis, task.size)
         first = self.first_seconds.get(task.index)
-        limit = self.deadline - time.monotonic()  # the first variant of a sample sets the pace for the others
-        if first is not None:
-            floor = VARIANT_SECONDS + (COMPILE_SECONDS if first_call_may_compile(context.device) else 0.0)
-            limit = min(limit, max(floor, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1])))
-        limit = max(0.1, limit)
+        limit = self._limit(task.index, elements)
         start = time.perf_counter()
         with _naming_the_size_of_a_fault(task):
             finished = call_with_limit(limit, lambda: judge.at(shaped, size_ratio(task.axis.size, task.size)))
@@ -181,6 +189,63 @@ class _Run:
             self.judged += 1
         for line in verdict.notes:
             self.extra_notes.append((task, f"at {task.size}: {line}"))
+        return verdict
+
+    def _limit(self, index, elements):
+        """Seconds a variant of sample ``index`` with ``elements`` x its elements may take: the first variant of a
+        sample sets the pace for the others."""
+        first = self.first_seconds.get(index)
+        limit = self.deadline - time.monotonic()
+        if first is not None:
+            floor = VARIANT_SECONDS + (COMPILE_SECONDS if first_call_may_compile(self.context.device) else 0.0)
+            limit = min(limit, max(floor, VARIANT_SLOWDOWN * first[0] * max(1.0, elements / first[1])))
+        return max(0.1, limit)
+
+    def judge_leading(self, index):
+        """The Verdict of sample ``index`` with one more leading dim (``_leading_dim``), taken with its sizes cut;
+        None when there is nothing to split, its dim 0 is kept, or the time budget ran out (noted)."""
+        context = self.context
+        sample = context.case.samples[index]
+        base, cuts = cut_all(context.case, sample, self.axes[index])
+        split = leading_split(context.case, base)
+        if split is None:
+            return None
+        context.sample_index = index
+        kept = next((axis for axis in self.axes[index] if axis.fixed and any(
+            place.name == split.names[0] and place.dim == 0 for place in axis.tensor_places)), None)
+        if kept is not None:
+            context.note(f"sizes: no leading dim added to `{split.names[0]}`: its dim 0 is kept ({kept.fixed})")
+            return None
+        if time.monotonic() >= self.deadline:
+            context.note(f"sizes: not judged {split.describe()}: the check's time budget ran out")
+            return None
+        judge = self._judge_for(index, sample)
+        finished = call_with_limit(self._limit(index, _elements(base) / max(1, _elements(sample))),
+                                   lambda: judge.at(split.sample))
+        context.sample_index = index
+        if finished.expired is not None:
+            context.note(f"sizes: not judged {split.describe()}: stopped, far slower than the other variants")
+            return None
+        verdict = finished.value
+        self.leading[index] = (split, base, cuts)
+        if verdict.status == WRONG and verdict.shapes is not None:
+            # Which shape is meant for an input the sample never had is the op's contract, not a number to judge:
+            # a diagonal of the last two dims or of the first two, rows flattened or kept.
+            expected, got = verdict.shapes
+            context.note(f"sizes: not judged {split.describe()}: the op returns {verdict.what} in shape "
+                         f"{list(got)} where reference= returns {list(expected)}")
+            return None
+        if verdict.status == RIGHT:
+            self.judged += 1
+        elif verdict.status != WRONG:
+            if verdict.status == REFUSED and verdict.raised is not None:
+                self._raise_if_the_sample_raises(index, sample, judge)
+                context.sample_index = index
+            verb = {REFUSED: "the op refuses it", OUTSIDE: "outside the op's domain"}.get(
+                verdict.status, "central differences cannot follow the op's outputs there")
+            context.note(f"sizes: not judged {split.describe()}: {verb} ({verdict.reason})")
+        for line in verdict.notes:
+            context.note(f"sizes: {split.describe()}: {line}")
         return verdict
 
     def base(self, index, axis):
@@ -413,6 +478,41 @@ def _report_cuts(context, run, task):
     context.fail(f"{verdict.what} is wrong {when}", output=verdict.output, argument=verdict.argument,
                  worst=verdict.worst, error=verdict.error, details=details, hint=hint, evidence=verdict.evidence,
                  dtype=dtype_label(run.judges[task.index].dtype))
+
+
+def _report_leading(context, run, index, verdict):
+    """Fail for the variant with one more leading dim; or, when the sample cut for it is wrong already, for that."""
+    split, base, cuts = run.leading[index]
+    judge = run.judges[index]
+    context.sample_index, context.dtype = index, judge.dtype
+    when, details = split.describe(), []
+    if cuts:
+        details.append(f"judged with the sample's sizes cut to keep the variant small ({describe_cut_list(cuts)})")
+    hint = LEADING_HINT
+    if verdict.raised is None:
+        at_base = judge.at(base)
+        context.sample_index = index
+        if at_base.status == WRONG:
+            if not cuts:
+                skip(f"the op is wrong at your sample itself ({at_base.what}): gradcheck and reference report it "
+                     "there; sizes judges what depends on the shape once the sample is right")
+            verdict, when, hint = at_base, f"with your sample's sizes cut ({describe_cut_list(cuts)})", None
+            details = [f"right at your sample's sizes; wrong with the cuts alone, before any leading dim is added"]
+    if context.case.reference is None and judge.dtype != torch.float64:
+        details.append(f"judged coarsely (central differences in {dtype_label(judge.dtype)}, no reference=)")
+    if verdict.strategy:
+        details.append(f"judged by: {verdict.strategy}")
+    if hint is None and verdict.derivative is not None:
+        hint = derivative_hint(verdict.derivative, has_backward=context.case.is_function)
+    if verdict.raised is not None:
+        context.fail_raised(verdict.raised, when, hint=hint, details=details)
+    context.fail(f"{verdict.what} is wrong {when}", output=verdict.output, argument=verdict.argument,
+                 worst=verdict.worst, error=verdict.error, details=details, hint=hint, evidence=verdict.evidence,
+                 dtype=dtype_label(judge.dtype))
+
+
+def _elements(sample):
+    return sum(value.numel() for value in sample.values() if isinstance(value, torch.Tensor))
 
 
 def _nothing_to_vary(axes):
