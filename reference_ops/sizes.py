@@ -44,7 +44,13 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
   Both are right at any size of a 2-D sample: the sizes check's variant with
   one more leading dim shows them.
 
-Correct twins: :class:`TiledSoftmax`, :class:`RowNormalize`, :class:`SplitKMatmul`,
+* :class:`WarpSoftmaxOddRowDropsLast` -- rows that fit one warp (up to
+  ``WARP`` elements) take a path of two-element vector loads whose mask is
+  per vector, not per element: an odd row loses its last element. The
+  sample's rows are wider than a warp, and a row of one has a path of its
+  own: only the sizes check's width of 19 shows it (with ``reference=``).
+
+Correct twins: :class:`TiledSoftmax`, :class:`RowNormalize`, :class:`WarpSoftmax`, :class:`SplitKMatmul`,
 :class:`BatchCentered`, :class:`OnlineSoftmax`, :class:`BlockRowMax`. :class:`FixedWidthScale` only supports rows of
 ``FIXED_WIDTH`` elements and raises otherwise: a size it refuses is noted,
 never failed. The Triton kernel with a missing last program is in
@@ -71,6 +77,9 @@ __all__ = [
     "FixedWidthScale",
     "OnlineSoftmax",
     "RowNormalize",
+    "WARP",
+    "WarpSoftmax",
+    "WarpSoftmaxOddRowDropsLast",
     "RowNormalizeBackwardSumsDimOne",
     "TiledSoftmaxRowsFromDimZero",
     "row_normalize_reference",
@@ -90,6 +99,7 @@ ROWS = 2  # rows per program
 SPLIT = 8  # reduction elements per split
 FIXED_WIDTH = 8  # the only row width FixedWidthScale supports
 STREAM_BLOCK = 16  # columns per block of the streaming kernels: the samples' rows fit one
+WARP = 32  # the widest row WarpSoftmax reduces in one warp
 
 
 # ---------------------------------------------------------------------------
@@ -415,6 +425,44 @@ class TiledSoftmaxRowsFromDimZero(Function):
         return _softmax_backward(y.reshape(y.shape[0], -1), grad.reshape(y.shape[0], -1)).reshape(y.shape)
 
 
+# ---------------------------------------------------------------------------
+# A path for rows that fit one warp
+# ---------------------------------------------------------------------------
+
+
+class WarpSoftmax(Function):
+    """Softmax over the last dim with three paths, as CUDA softmax kernels have: a row of one, rows that fit one
+    warp (two-element vector loads, each element masked), and tiled rows (:class:`TiledSoftmax`'s)."""
+
+    mask_per_vector = False
+
+    @staticmethod
+    def forward(ctx, x):
+        n = x.shape[-1]
+        if n == 1:
+            y = torch.ones_like(x)
+        elif n <= WARP:
+            rows = x.reshape(-1, n)
+            loaded = torch.arange(n, device=x.device) < n
+            if ctx_bug(ctx, "mask_per_vector"):  # BUG: a pair is loaded only when both its elements are in the row
+                loaded = torch.arange(n, device=x.device) // 2 * 2 + 1 < n
+            rows = torch.where(loaded, rows, torch.full_like(rows, float("-inf")))
+            y = torch.softmax(rows, -1).reshape(x.shape)
+        else:
+            y = _softmax_forward(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return _softmax_backward(y, grad)
+
+
+class WarpSoftmaxOddRowDropsLast(WarpSoftmax):
+    mask_per_vector = True
+
+
 def _randn(*shape, generator=None):
     return torch.randn(*shape, generator=generator)
 
@@ -427,6 +475,7 @@ SAMPLES = {
                                                _randn(8, generator=generator) + 1.5)],
     "streaming": lambda generator=None: [(_randn(4, 8, generator=generator),)],
     "rows": lambda generator=None: [(_randn(4, 8, generator=generator),)],
+    "warp": lambda generator=None: [(_randn(4, 2 * WARP, generator=generator),)],
     "fixed_width": lambda generator=None: [(_randn(4, FIXED_WIDTH, generator=generator),
                                             _randn(FIXED_WIDTH, generator=generator))],
 }

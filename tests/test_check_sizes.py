@@ -551,8 +551,9 @@ def test_a_malformed_sizes_option_fails_the_item_with_the_message(pytester, run_
 def test_each_size_is_tried_one_past_and_one_short_of_itself_at_one_past_a_power_of_two_and_over_several_blocks():
     from pytest_autograd.checks._size_variants import derived_sizes
 
-    assert [size for size, _ in derived_sizes(256, lambda m: 8 * m, 8 * 256)] == [257, 255, 1, 513, 2051]
+    assert [size for size, _ in derived_sizes(256, lambda m: 8 * m, 8 * 256)] == [257, 255, 1, 513, 19, 2051]
     assert [size for size, _ in derived_sizes(2, lambda m: m, 2)] == [3, 1, 5, 2051]
+    assert [size for size, _ in derived_sizes(32, lambda m: m, 32)] == [33, 31, 1, 65, 2051]  # fits a warp already
     square = [size for size, _ in derived_sizes(4, lambda m: m * m, 16)]
     assert square[:4] == [5, 3, 1, 9] and square[4] * square[4] <= 1 << 18 and square[4] % 8 == 3
 
@@ -759,6 +760,27 @@ def test_a_wider_variant_keeps_the_samples_own_values_in_its_last_whole_copy():
     assert torch.equal(grown[:, 2040:2048], x), "the last whole copy holds the sample's values"
     assert not bool((grown[:, :8] == x).any()), "the first copy is moved"
     assert torch.equal(grown.amax(-1), x.amax(-1)) and bool((grown.argmax(-1) >= 2040).all())
+
+
+def test_a_warp_path_that_drops_an_odd_rows_last_element_fails_at_a_width_inside_one_warp(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=WarpSoftmaxOddRowDropsLast, reference=softmax_reference)
+        def test_warp():
+            return SAMPLES["warp"]()
+    """, checks="gradcheck,reference,sizes")
+    result.assert_outcomes(passed=2, failed=1)  # its sample's rows are wider than a warp
+    result.stdout.fnmatch_lines(["output is wrong when dim 1 of `x` (size 64 in your sample) is 19",
+                                 "*sizes judged for this dim: right at *; wrong at 19*"])
+
+
+def test_the_warp_softmax_correct_twin_passes_every_default_check(pytester, run_pytest):
+    pytester.makepyfile(test_ops=HEADER + textwrap.dedent("""
+        @pytest.mark.autograd_op(op=WarpSoftmax, reference=softmax_reference)
+        def test_warp():
+            return SAMPLES["warp"]()
+    """))
+    result = run_pytest("-rs")
+    assert result.ret == 0, result.stdout.str()
 
 
 # ---------------------------------------------------------------------------

@@ -34,9 +34,12 @@ import torch
 from pytest_autograd.engine.draws import uniform
 from pytest_autograd.engine.outcomes import UsageProblem
 
-PLUS_ONE, MINUS_ONE, ONE, ODD, LARGE, DECLARED = (
-    "size + 1", "size - 1", "1", "odd, just past a power of two", "several blocks", "sizes= on the marker")
-PRIORITY = (PLUS_ONE, MINUS_ONE, ONE, ODD, LARGE, DECLARED)  # judged in this order, most telling first
+PLUS_ONE, MINUS_ONE, ONE, ODD, SMALL, LARGE, DECLARED = (
+    "size + 1", "size - 1", "1", "odd, just past a power of two", "small, inside one warp", "several blocks",
+    "sizes= on the marker")
+PRIORITY = (PLUS_ONE, MINUS_ONE, ONE, ODD, SMALL, LARGE, DECLARED)  # judged in this order, most telling first
+WARP = 32  # a size above this also gets SUB_WARP: kernels often take another path for rows that fit one warp ...
+SUB_WARP = 19  # ... a partial warp past its half, a multiple of no vector width
 LARGE_FLOOR = 2048  # the several-blocks size is at least this (+3): it spans blocks of up to 1024 elements
 LARGE_ELEMENTS = 1 << 18  # ... unless a tensor would then exceed this many elements (or 4x the sample's largest; the
 # other sizes of a variant, twice it)
@@ -180,7 +183,8 @@ def cuts_for(tensors, axes, axis):
 def derived_sizes(n, numel_at, largest):
     """(size, kind) pairs for a sample size ``n``: the tails and edges kernels get wrong."""
     found = {}
-    for size, kind in ((n + 1, PLUS_ONE), (n - 1, MINUS_ONE), (1, ONE), (odd_past_power_of_two(n), ODD)):
+    small = [(SUB_WARP, SMALL)] if n > WARP else []
+    for size, kind in ((n + 1, PLUS_ONE), (n - 1, MINUS_ONE), (1, ONE), (odd_past_power_of_two(n), ODD), *small):
         if size >= 1 and size != n and size not in found and numel_at(size) <= max(LARGE_ELEMENTS, 2 * largest):
             found[size] = kind
     large = several_blocks(n, numel_at, max(LARGE_ELEMENTS, 4 * largest)) if n < LARGE_FLOOR else None
