@@ -737,13 +737,19 @@ def test_a_streaming_kernel_wrong_when_a_later_block_holds_the_max_fails_at_a_wi
     result.stdout.re_match_lines([r".* is wrong when dim 1 (of `x` )?\(size 8 in your sample\) is 2051$"])
 
 
-@pytest.mark.parametrize("op", ["OnlineSoftmax", "BlockRowMax"])
-def test_the_streaming_kernels_correct_twins_pass_every_default_check(pytester, run_pytest, op):
-    reference = {"OnlineSoftmax": "softmax_reference", "BlockRowMax": "row_max_reference"}[op]
+@pytest.mark.parametrize("op, reference, family", [
+    ("OnlineSoftmax", "softmax_reference", "streaming"),
+    ("BlockRowMax", "row_max_reference", "streaming"),
+    ("WarpSoftmax", "softmax_reference", "warp"),
+    ("RowNormalize", "row_normalize_reference", "rows"),
+    ("TiledSoftmax", "softmax_reference", "rows"),
+])
+def test_the_correct_twins_of_the_streaming_warp_and_rank_bugs_pass_every_default_check(
+        pytester, run_pytest, op, reference, family):
     pytester.makepyfile(test_ops=HEADER + textwrap.dedent(f"""
         @pytest.mark.autograd_op(op={op}, reference={reference})
-        def test_streaming():
-            return SAMPLES["streaming"]()
+        def test_twin():
+            return SAMPLES["{family}"]()
     """))
     result = run_pytest("-rs")
     assert result.ret == 0, result.stdout.str()
@@ -771,16 +777,6 @@ def test_a_warp_path_that_drops_an_odd_rows_last_element_fails_at_a_width_inside
     result.assert_outcomes(passed=2, failed=1)  # its sample's rows are wider than a warp
     result.stdout.fnmatch_lines(["output is wrong when dim 1 of `x` (size 64 in your sample) is 19",
                                  "*sizes judged for this dim: right at *; wrong at 19*"])
-
-
-def test_the_warp_softmax_correct_twin_passes_every_default_check(pytester, run_pytest):
-    pytester.makepyfile(test_ops=HEADER + textwrap.dedent("""
-        @pytest.mark.autograd_op(op=WarpSoftmax, reference=softmax_reference)
-        def test_warp():
-            return SAMPLES["warp"]()
-    """))
-    result = run_pytest("-rs")
-    assert result.ret == 0, result.stdout.str()
 
 
 # ---------------------------------------------------------------------------
@@ -813,18 +809,6 @@ def test_a_kernel_taking_rows_from_dim_zero_fails_for_a_3d_activation_against_it
         "output is wrong when `x` gets one more leading dim: (4, 8) as (2, 2, 8)",
         "*judged by: outputs and gradients in float64 against the reference's (same cotangent)",
     ])
-
-
-@pytest.mark.parametrize("op, reference", [("RowNormalize", "row_normalize_reference"),
-                                           ("TiledSoftmax", "softmax_reference")])
-def test_the_rank_agnostic_twins_pass_every_default_check(pytester, run_pytest, op, reference):
-    pytester.makepyfile(test_ops=HEADER + textwrap.dedent(f"""
-        @pytest.mark.autograd_op(op={op}, reference={reference})
-        def test_rows():
-            return SAMPLES["rows"]()
-    """))
-    result = run_pytest("-rs")
-    assert result.ret == 0, result.stdout.str()
 
 
 def test_an_op_that_refuses_a_third_dim_is_noted_not_failed():
