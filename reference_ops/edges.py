@@ -185,7 +185,8 @@ class CrossEntropy(Function):
     def backward(ctx, grad):
         logits, target = ctx.saved_tensors
         one_hot = torch.zeros_like(logits).scatter_(-1, target.unsqueeze(-1), 1.0)
-        return grad * (torch.softmax(logits, -1) - one_hot) / logits.shape[0], None
+        rows = logits.numel() // logits.shape[-1]  # every leading dim: logits.shape[0] is right for 2-D logits only
+        return grad * (torch.softmax(logits, -1) - one_hot) / rows, None
 
 
 class RowSoftplus(Function):

@@ -41,14 +41,19 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
   the whole ``(sequence, features)`` slab. Forward and backward agree with
   each other: only ``reference=`` shows it.
 
-  Both are right at any size of a 2-D sample: the sizes check's variant with
+* :class:`CrossEntropyDividesByShapeZero` -- a mean cross-entropy whose
+  forward averages over every row and whose backward divides by
+  ``logits.shape[0]``: the row count of 2-D logits only (correct twin:
+  :class:`reference_ops.edges.CrossEntropy`).
+
+  Each is right at any size of a 2-D sample: the sizes check's variant with
   one more leading dim shows them.
 
 * :class:`WarpSoftmaxOddRowDropsLast` -- rows that fit one warp (up to
   ``WARP`` elements) take a path of two-element vector loads whose mask is
   per vector, not per element: an odd row loses its last element. The
   sample's rows are wider than a warp, and a row of one has a path of its
-  own: only the sizes check's width of 19 shows it (with ``reference=``).
+  own: only the sizes check's widths of 11 and 19 show it (with ``reference=``).
 
 Correct twins: :class:`TiledSoftmax`, :class:`RowNormalize`, :class:`WarpSoftmax`, :class:`SplitKMatmul`,
 :class:`BatchCentered`, :class:`OnlineSoftmax`, :class:`BlockRowMax`. :class:`FixedWidthScale` only supports rows of
@@ -81,6 +86,7 @@ __all__ = [
     "WarpSoftmax",
     "WarpSoftmaxOddRowDropsLast",
     "RowNormalizeBackwardSumsDimOne",
+    "CrossEntropyDividesByShapeZero",
     "TiledSoftmaxRowsFromDimZero",
     "row_normalize_reference",
     "OnlineSoftmaxNoRescale",
@@ -463,6 +469,22 @@ class WarpSoftmaxOddRowDropsLast(WarpSoftmax):
     mask_per_vector = True
 
 
+class CrossEntropyDividesByShapeZero(Function):
+    """Mean cross-entropy of ``logits`` against integer ``target``. BUG: backward divides by ``logits.shape[0]``."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        ctx.save_for_backward(logits, target)
+        log_probs = logits - torch.logsumexp(logits, -1, keepdim=True)
+        return -log_probs.gather(-1, target.unsqueeze(-1)).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, target = ctx.saved_tensors
+        one_hot = torch.zeros_like(logits).scatter_(-1, target.unsqueeze(-1), 1.0)
+        return grad * (torch.softmax(logits, -1) - one_hot) / logits.shape[0], None
+
+
 def _randn(*shape, generator=None):
     return torch.randn(*shape, generator=generator)
 
@@ -475,6 +497,8 @@ SAMPLES = {
                                                _randn(8, generator=generator) + 1.5)],
     "streaming": lambda generator=None: [(_randn(4, 8, generator=generator),)],
     "rows": lambda generator=None: [(_randn(4, 8, generator=generator),)],
+    "logits": lambda generator=None: [(_randn(6, 5, generator=generator),
+                                       torch.randint(0, 5, (6,), generator=generator))],
     "warp": lambda generator=None: [(_randn(4, 2 * WARP, generator=generator),)],
     "fixed_width": lambda generator=None: [(_randn(4, FIXED_WIDTH, generator=generator),
                                             _randn(FIXED_WIDTH, generator=generator))],

@@ -551,9 +551,9 @@ def test_a_malformed_sizes_option_fails_the_item_with_the_message(pytester, run_
 def test_each_size_is_tried_one_past_and_one_short_of_itself_at_one_past_a_power_of_two_and_over_several_blocks():
     from pytest_autograd.checks._size_variants import derived_sizes
 
-    assert [size for size, _ in derived_sizes(256, lambda m: 8 * m, 8 * 256)] == [257, 255, 1, 513, 19, 2051]
+    assert [size for size, _ in derived_sizes(256, lambda m: 8 * m, 8 * 256)] == [257, 255, 1, 513, 11, 19, 45, 2051]
     assert [size for size, _ in derived_sizes(2, lambda m: m, 2)] == [3, 1, 5, 2051]
-    assert [size for size, _ in derived_sizes(32, lambda m: m, 32)] == [33, 31, 1, 65, 2051]  # fits a warp already
+    assert [size for size, _ in derived_sizes(32, lambda m: m, 32)] == [33, 31, 1, 65, 11, 2051]  # fits a warp already
     square = [size for size, _ in derived_sizes(4, lambda m: m * m, 16)]
     assert square[:4] == [5, 3, 1, 9] and square[4] * square[4] <= 1 << 18 and square[4] % 8 == 3
 
@@ -768,15 +768,15 @@ def test_a_wider_variant_keeps_the_samples_own_values_in_its_last_whole_copy():
     assert torch.equal(grown.amax(-1), x.amax(-1)) and bool((grown.argmax(-1) >= 2040).all())
 
 
-def test_a_warp_path_that_drops_an_odd_rows_last_element_fails_at_a_width_inside_one_warp(pytester, run_pytest):
+def test_a_warp_path_that_drops_an_odd_rows_last_element_fails_at_the_odd_widths_inside_one_warp(pytester, run_pytest):
     result = run(pytester, run_pytest, """
         @pytest.mark.autograd_op(op=WarpSoftmaxOddRowDropsLast, reference=softmax_reference)
         def test_warp():
             return SAMPLES["warp"]()
     """, checks="gradcheck,reference,sizes")
     result.assert_outcomes(passed=2, failed=1)  # its sample's rows are wider than a warp
-    result.stdout.fnmatch_lines(["output is wrong when dim 1 of `x` (size 64 in your sample) is 19",
-                                 "*sizes judged for this dim: right at *; wrong at 19*"])
+    result.stdout.fnmatch_lines(["output is wrong when dim 1 of `x` (size 64 in your sample) is 11",
+                                 "*sizes judged for this dim: right at 1, 32, 63, 64, 65, 128, 129; wrong at 11, 19"])
 
 
 # ---------------------------------------------------------------------------
@@ -792,7 +792,7 @@ def test_a_backward_reducing_over_dim_one_fails_for_a_3d_activation_even_without
     """, checks="gradcheck,sizes")
     result.assert_outcomes(passed=1, failed=1)  # right for every 2-D size: gradcheck passes it
     result.stdout.fnmatch_lines([
-        "gradient w.r.t. `x` is wrong when `x` gets one more leading dim: (4, 8) as (2, 2, 8)",
+        "gradient w.r.t. `x` is wrong when `x` gets one more leading dim: (4, 8) as (2, 4, 8)",
         "*judged by: the derivative engine in float64 (finite differences)",
         "*hint: the op (or its backward) is written for the sample's number of dims: read sizes from the end*",
     ])
@@ -806,9 +806,32 @@ def test_a_kernel_taking_rows_from_dim_zero_fails_for_a_3d_activation_against_it
     """, checks="gradcheck,reference,sizes")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
-        "output is wrong when `x` gets one more leading dim: (4, 8) as (2, 2, 8)",
-        "*judged by: outputs and gradients in float64 against the reference's (same cotangent)",
+        "output is wrong when `x` gets one more leading dim: (4, 8) as (2, 4, 8)",
+        "*judged by: each copy's outputs against the op's own on the sample (copies of it along a new dim 0)",
     ])
+
+
+def test_a_loss_dividing_by_the_row_count_of_2d_logits_fails_when_they_get_a_leading_dim(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import torch.nn.functional as F
+
+        @pytest.mark.autograd_op(op=CrossEntropyDividesByShapeZero, reference=F.cross_entropy)
+        def test_loss():
+            return SAMPLES["logits"]()
+    """, checks="gradcheck,reference,sizes")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `logits` is wrong when `logits` (and `target`) gets one more leading dim: (6, 5) as (2, 6, 5)",
+        "*judged by: the derivative engine in float64 (finite differences)"])
+
+
+def test_the_cross_entropy_of_every_leading_dim_passes_with_a_reference_that_reads_3d_input_otherwise():
+    import torch.nn.functional as F
+    from reference_ops.edges import CrossEntropy
+    from reference_ops.sizes import SAMPLES
+
+    outcome = sizes_outcome(CrossEntropy, [Sample(*SAMPLES["logits"]()[0])], reference=F.cross_entropy)
+    assert outcome.status == "passed", outcome.detail
 
 
 def test_an_op_that_refuses_a_third_dim_is_noted_not_failed():
@@ -825,24 +848,34 @@ def test_an_op_that_refuses_a_third_dim_is_noted_not_failed():
 
     outcome = sizes_outcome(Only2D, [Sample(torch.randn(4, 8))])
     assert outcome.status == "passed"
-    assert ("not judged when `x` gets one more leading dim: (4, 8) as (2, 2, 8): the op refuses it (ValueError: "
+    assert ("not judged when `x` gets one more leading dim: (4, 8) as (2, 4, 8): the op refuses it (ValueError: "
             "expected a 2-D input, got 3-D)") in outcome.detail, outcome.detail
 
 
-def test_the_leading_dim_splits_every_argument_sharing_dim_zero_and_is_taken_on_a_cut_sample():
-    from pytest_autograd.checks._leading_dim import leading_split
+def test_the_leading_dim_stacks_the_activation_alone_then_with_the_arguments_that_go_with_its_rows():
+    from pytest_autograd.checks._leading_dim import leading_variants
+    from pytest_autograd.engine.case import build_case
+
+    x, target, weight = torch.randn(7, 5), torch.arange(7), torch.randn(7, 5)
+    case = build_case({"op": lambda x, target, weight: x}, [Sample(x, target, weight)])
+    alone, with_rows, weight_alone, weight_with_rows = leading_variants(case, case.samples[0], case.samples[0])
+    assert [tuple(v.shape) for v in alone.sample.args] == [(2, 7, 5), (7,), (7, 5)]
+    assert torch.equal(alone.sample.args[0][1], x) and alone.names == ["x"]
+    assert [tuple(v.shape) for v in with_rows.sample.args] == [(2, 7, 5), (2, 7), (2, 7, 5)]
+    assert with_rows.names == ["x", "target", "weight"] and weight_alone.names == ["weight"]
+
+
+def test_the_leading_dim_is_taken_on_the_sample_cut_and_says_so():
+    from pytest_autograd.checks._leading_dim import leading_variants
     from pytest_autograd.checks._size_variants import axes_of, cut_all
     from pytest_autograd.engine.case import build_case
 
-    x, target, weight = torch.randn(7, 5), torch.arange(7), torch.randn(5)
-    case = build_case({"op": lambda x, target, weight: x}, [Sample(x, target, weight)])
-    split = leading_split(case, case.samples[0])
-    assert [tuple(v.shape) for v in split.sample.args] == [(1, 7, 5), (1, 7), (5,)]  # an odd count: (1, n)
-    assert split.names == ["x", "target"] and torch.equal(split.sample.args[0][0], x)
     big = build_case({"op": lambda x: x}, [Sample(torch.randn(4096, 1024))])
     base, cuts = cut_all(big, big.samples[0], axes_of(big, big.samples[0], {}))
+    (variant,) = leading_variants(big, base, big.samples[0])
     assert base.args[0].numel() <= 1 << 14 and cuts
-    assert tuple(leading_split(big, base).sample.args[0].shape) == (2, base.args[0].shape[0] // 2, base.args[0].shape[1])
+    assert variant.after == (2, *base.args[0].shape)
+    assert f"{tuple(base.args[0].shape)} (your (4096, 1024), cut) as (2, " in variant.describe()
 
 
 # ---------------------------------------------------------------------------

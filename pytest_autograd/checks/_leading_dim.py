@@ -1,66 +1,192 @@
 """One more leading dim: a sample's activations as a model hands them to the op.
 
 Kernels are sampled on ``(rows, features)`` and called on ``(batch,
-sequence, features)``. Written for two dims, a backward sums the weight's
-gradient over dim 0 only, a forward reads the feature count from
-``shape[1]`` or the row count from ``shape[0]``: the op then raises in
-backward, or is quietly wrong, on every 3-D activation. The variant
-splits dim 0 of the first floating tensor argument, and of every tensor
-argument whose dim 0 has the same size, into ``(2, n / 2)`` (``(1, n)``
-for an odd ``n``): the same values, the same rows, one more dim. Every
-other argument is passed as it is.
+sequence, features)``. Written for two dims, a backward reduces over
+``dim=1`` where the forward reduces over the last dim, a forward reads the
+feature count from ``shape[1]`` or its rows as ``x.reshape(x.shape[0], -1)``,
+a wrapper flattens the rows and forgets to restore the shape: each is right
+at every 2-D size and wrong for every 3-D activation.
+
+The variant stacks two copies of the activation (the first floating tensor
+argument of two or more dims) along a new dim 0: ``(8, 16)`` becomes
+``(2, 8, 16)``, and every other dim keeps its meaning (a position table
+still matches its sequence, a weight its features). Weights and tables are
+passed as they are; only when the op refuses that are the other tensor
+arguments whose shape begins like the activation's (a target per row, a
+mask per row) stacked with it. Two judgements follow, neither of which
+takes the reference's word at three dims, where it may mean something else
+(``F.cross_entropy`` reads dim 1 of a 3-D input as the classes):
+
+* each copy of an output that carries the new dim equals the op's output
+  on the sample, for an op whose rows are independent at the sample (its
+  output on the last half of the rows is the last half of its output) and
+  that takes no int argument that could name a dim (``dim=1`` names
+  another dim once there are three): an op that reduces or scans over
+  dim 0 by design (batch statistics, a cumsum) means something else by a
+  leading dim, and an output reduced over the new dim (a summed loss) is
+  not compared either: sum or mean is the op's choice;
+* the backward is the derivative of the forward there (``_size_judge``'s
+  finite differences, without the reference).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from pytest_autograd.checks._size_judge import REFUSED, WRONG, Verdict, refusal
+from pytest_autograd.engine.execution import OpRaised, output_label
+from pytest_autograd.engine.outcomes import UsageProblem
+from pytest_autograd.results.compare import compare_tensors
 
-@dataclass
-class LeadingSplit:
-    """A sample with dim 0 of its activations split in two dims."""
-
-    sample: object
-    names: list  # the arguments split
-    before: tuple  # the first one's shape in the sample ...
-    after: tuple  # ... and in the variant
-
-    def describe(self):
-        others = f" (and {', '.join(f'`{name}`' for name in self.names[1:])})" if len(self.names) > 1 else ""
-        return (f"when `{self.names[0]}`{others} gets one more leading dim: {_shape(self.before)} as "
-                f"{_shape(self.after)}")
-
-
-def leading_split(case, sample):
-    """The LeadingSplit of ``sample``, or None when no floating tensor argument has a dim to split."""
-    arguments = list(zip(sample.slots(), sample.values()))
-    lead = next((value for _, value in arguments if isinstance(value, torch.Tensor) and value.dim() >= 1
-                 and (value.is_floating_point() or value.is_complex())), None)
-    if lead is None:
-        return None
-    rows = lead.shape[0]
-    split = (2, rows // 2) if rows >= 2 and rows % 2 == 0 else (1, rows)
-    names = []
-
-    def change(slot, value):
-        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == rows:
-            names.append(case.arg_name(slot))
-            return value.detach().reshape(split + tuple(value.shape[1:])).clone()
-        return value
-
-    changed = sample.replace(args=[change(slot, value) for slot, value in arguments[:len(sample.args)]],
-                             kwargs={slot: change(slot, value) for slot, value in arguments[len(sample.args):]})
-    return LeadingSplit(changed, names, tuple(lead.shape), split + tuple(lead.shape[1:]))
-
-
-def _shape(shape):
-    return "(" + ", ".join(str(size) for size in shape) + ")"
-
-
+COPIES = 2
+STRATEGY = "each copy's outputs against the op's own on the sample (copies of it along a new dim 0)"
 HINT = ("the op (or its backward) is written for the sample's number of dims: read sizes from the end "
-        "(x.shape[-1], not x.shape[1]), flatten the leading dims before a kernel that expects rows "
-        "(x.reshape(-1, x.shape[-1])), and sum a weight's gradient over every leading dim, not only dim 0; if the op "
+        "(x.shape[-1], not x.shape[1]), reduce over dim=-1, not dim=1, flatten the leading dims before a kernel that "
+        "expects rows (x.reshape(-1, x.shape[-1])) and restore them after (out.view(*x.shape[:-1], -1)); if the op "
         "supports only this number of dims by design, make it raise for others (a refused variant is noted, not "
         "failed)")
 
-__all__ = ["HINT", "LeadingSplit", "leading_split"]
+
+@dataclass
+class LeadingDim:
+    """A sample with copies of its activation (and of ``names[1:]``) stacked along a new dim 0."""
+
+    sample: object
+    slots: list  # the arguments stacked, the activation first ...
+    names: list  # ... and their names
+    before: tuple  # the activation's shape in the sample the variant was taken on ...
+    after: tuple  # ... and in the variant
+    cut_from: tuple = None  # the activation's shape in the user's sample, when the variant was taken on it cut
+    notes: list = field(default_factory=list)
+
+    def describe(self):
+        others = f" (and {', '.join(f'`{name}`' for name in self.names[1:])})" if len(self.names) > 1 else ""
+        before = _shape(self.before) + (f" (your {_shape(self.cut_from)}, cut)" if self.cut_from else "")
+        return f"when `{self.names[0]}`{others} gets one more leading dim: {before} as {_shape(self.after)}"
+
+
+def leading_variants(case, base, sample):
+    """The LeadingDims to try on ``base`` (``sample`` cut), in order: each candidate activation alone, then with the
+    arguments that go with its rows; empty when no floating tensor argument has two or more dims."""
+    arguments = list(zip(base.slots(), base.values()))
+    candidates = [slot for slot, value in arguments if isinstance(value, torch.Tensor) and value.dim() >= 2
+                  and (value.is_floating_point() or value.is_complex())][:2]
+    variants = []
+    for lead_slot in candidates:
+        lead = base.args[lead_slot] if isinstance(lead_slot, int) else base.kwargs[lead_slot]
+        rows = [slot for slot, value in arguments if slot != lead_slot and isinstance(value, torch.Tensor)
+                and value.dim() >= 1 and tuple(value.shape) == tuple(lead.shape[:value.dim()])]
+        for stacked in ([lead_slot], [lead_slot, *rows]) if rows else ([lead_slot],):
+            variants.append(_stacked(case, base, sample, stacked))
+    return variants
+
+
+def _stacked(case, base, sample, slots):
+    def change(slot, value):
+        if slot in slots:
+            return torch.stack([value.detach()] * COPIES).clone()
+        return value
+
+    arguments = list(zip(base.slots(), base.values()))
+    changed = base.replace(args=[change(slot, value) for slot, value in arguments[:len(base.args)]],
+                           kwargs={slot: change(slot, value) for slot, value in arguments[len(base.args):]})
+    lead = dict(arguments)[slots[0]]
+    own = dict(zip(sample.slots(), sample.values()))[slots[0]]
+    return LeadingDim(changed, list(slots), [case.arg_name(slot) for slot in slots], tuple(lead.shape),
+                      (COPIES, *lead.shape), tuple(own.shape) if own.shape != lead.shape else None)
+
+
+def judge(context, judge, base, variant):
+    """The Verdict of the op on ``variant``: its copies against the op on ``base``, then its derivatives
+    (``judge``, a ``_size_judge.Judge`` without a reference)."""
+    dtype = judge.dtype
+    try:
+        expected = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype))]
+        got = [out.detach() for out in context.run_op(context.prepare(variant.sample, dtype=dtype))]
+    except OpRaised as raised:
+        return refusal(raised)
+    except UsageProblem as problem:
+        return Verdict(REFUSED, reason=str(problem).split(". ")[0])
+    finally:
+        context.dtype = dtype
+    if not _may_name_a_dim(base, len(variant.before)) and _rows_independent(context, base, variant, expected, dtype):
+        wrong = _copies_differ(context, variant, expected, got)
+        if wrong is not None:
+            return wrong
+    verdict = judge.at(variant.sample)
+    verdict.notes = variant.notes + verdict.notes
+    return verdict
+
+
+def _may_name_a_dim(sample, dims):
+    """Whether an int argument (or an int in a list or tuple argument) could name a dim of a ``dims``-dim tensor."""
+    for value in sample.values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool) and -dims <= item < dims:
+                return True
+    return False
+
+
+def _rows_independent(context, base, variant, expected, dtype):
+    """Whether the op's output on the last half of the rows (of every argument stacked) is the last half of its
+    output on ``base``, for at least one output with those rows; False when the op refuses the half. The last half,
+    not the first: a scan along the rows (a cumsum) is right on a prefix."""
+    rows = variant.before[0]
+    half = rows // 2
+    if half < 1:
+        return False
+    start, kept = rows - half, half
+
+    def change(slot, value):
+        return value.narrow(0, start, kept) if slot in variant.slots else value
+
+    arguments = list(zip(base.slots(), base.values()))
+    halved = base.replace(args=[change(slot, value) for slot, value in arguments[:len(base.args)]],
+                          kwargs={slot: change(slot, value) for slot, value in arguments[len(base.args):]})
+    try:
+        outputs = [out.detach() for out in context.run_op(context.prepare(halved, dtype=dtype))]
+    except (OpRaised, UsageProblem):
+        return False
+    finally:
+        context.dtype = dtype
+    atol, rtol = context.tolerance(dtype)
+    compared = False
+    for want, have in zip(expected, outputs):
+        if want.dim() >= 1 and want.shape[0] == rows and tuple(have.shape) == (kept, *want.shape[1:]):
+            if compare_tensors(want.narrow(0, start, kept), have, atol, rtol) is not None:
+                return False
+            compared = True
+    return compared
+
+
+def _copies_differ(context, variant, expected, got):
+    """A WRONG Verdict for the first output whose copies differ from the op's output on the sample, or whose
+    rows are flattened although at the sample the output has its input's shape; None when none does."""
+    atol, rtol = context.tolerance(expected[0].dtype if expected else torch.float64)
+    for k, (want, have) in enumerate(zip(expected, got)):
+        label = output_label(k, len(got))
+        if tuple(have.shape) == (COPIES, *want.shape):
+            copies = have.unbind(0)
+        elif want.dim() >= 1 and tuple(have.shape) == (COPIES * want.shape[0], *want.shape[1:]):
+            if tuple(want.shape) == variant.before:  # the output follows its input's shape, but not here
+                return Verdict(WRONG, what=label, output=label, strategy=STRATEGY,
+                               worst=f"shape: expected {list(variant.after)} (the input's, as at the sample), got "
+                                     f"{list(have.shape)}: the leading dims are flattened")
+            variant.notes.append(f"{label} comes back with the leading dims flattened ({list(have.shape)}); compared "
+                                 "copy by copy")
+            copies = have.split(want.shape[0])
+        else:
+            continue  # reduced over the new dim, or shaped otherwise: the op's choice
+        for copy in copies:
+            mismatch = compare_tensors(want, copy, atol, rtol)
+            if mismatch is not None:
+                return Verdict(WRONG, what=label, output=label, worst=mismatch.worst(label),
+                               error=mismatch.error_line(), strategy=STRATEGY)
+    return None
+
+
+def _shape(shape):
+    return "(" + ", ".join(str(size) for size in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+__all__ = ["HINT", "LeadingDim", "judge", "leading_variants"]

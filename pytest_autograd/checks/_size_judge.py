@@ -74,7 +74,6 @@ class Verdict:
     derivative: object = None  # the DerivativeError behind a wrong gradient (for the derivative hints)
     evidence: list = field(default_factory=list)
     notes: list = field(default_factory=list)
-    shapes: tuple = None  # (expected, got) when what is wrong is an output's shape
 
 
 class Judge:
@@ -247,10 +246,8 @@ class Judge:
         from pytest_autograd.results.evidence import Evidence
 
         evidence = [Evidence.of(label, expected, got, mismatch.index)] if mismatch.problem is None else []
-        shapes = (tuple(expected.shape), tuple(got.shape)) if expected.shape != got.shape else None
         return Verdict(WRONG, what=_what(argument, output), argument=argument, output=output,
-                       worst=mismatch.worst(label), error=mismatch.error_line(), strategy=strategy, evidence=evidence,
-                       shapes=shapes)
+                       worst=mismatch.worst(label), error=mismatch.error_line(), strategy=strategy, evidence=evidence)
 
     # below float64 ---------------------------------------------------------------------------------------
 
@@ -309,8 +306,7 @@ class Judge:
             if tuple(expected.shape) != tuple(got.shape):
                 label = output_label(k, count)
                 return Verdict(WRONG, what=label, output=label, strategy=strategy,
-                               worst=f"shape: expected {list(expected.shape)}, got {list(got.shape)}",
-                               shapes=(tuple(expected.shape), tuple(got.shape)))
+                               worst=f"shape: expected {list(expected.shape)}, got {list(got.shape)}")
         if self._newly_non_finite(truth.outputs):
             return Verdict(OUTSIDE, reason="the reference's float64 outputs hold inf or NaN there")
         reference_errors = {}

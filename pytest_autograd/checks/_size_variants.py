@@ -35,11 +35,12 @@ from pytest_autograd.engine.draws import uniform
 from pytest_autograd.engine.outcomes import UsageProblem
 
 PLUS_ONE, MINUS_ONE, ONE, ODD, SMALL, LARGE, DECLARED = (
-    "size + 1", "size - 1", "1", "odd, just past a power of two", "small, inside one warp", "several blocks",
+    "size + 1", "size - 1", "1", "odd, just past a power of two", "small, another path", "several blocks",
     "sizes= on the marker")
 PRIORITY = (PLUS_ONE, MINUS_ONE, ONE, ODD, SMALL, LARGE, DECLARED)  # judged in this order, most telling first
-WARP = 32  # a size above this also gets SUB_WARP: kernels often take another path for rows that fit one warp ...
-SUB_WARP = 19  # ... a partial warp past its half, a multiple of no vector width
+# Kernels often take another path for rows that fit half a warp, a warp or two: a size above such a width is also
+# tried at an odd size under it (a multiple of no vector width, past the half of the one before)
+SMALL_PATHS = ((11, 16), (19, 32), (45, 64))  # (size tried, the width whose path it takes)
 LARGE_FLOOR = 2048  # the several-blocks size is at least this (+3): it spans blocks of up to 1024 elements
 LARGE_ELEMENTS = 1 << 18  # ... unless a tensor would then exceed this many elements (or 4x the sample's largest; the
 # other sizes of a variant, twice it)
@@ -183,7 +184,7 @@ def cuts_for(tensors, axes, axis):
 def derived_sizes(n, numel_at, largest):
     """(size, kind) pairs for a sample size ``n``: the tails and edges kernels get wrong."""
     found = {}
-    small = [(SUB_WARP, SMALL)] if n > WARP else []
+    small = [(size, SMALL) for size, width in SMALL_PATHS if n > width]
     for size, kind in ((n + 1, PLUS_ONE), (n - 1, MINUS_ONE), (1, ONE), (odd_past_power_of_two(n), ODD), *small):
         if size >= 1 and size != n and size not in found and numel_at(size) <= max(LARGE_ELEMENTS, 2 * largest):
             found[size] = kind

@@ -28,7 +28,9 @@ import torch
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks._leading_dim import HINT as LEADING_HINT
-from pytest_autograd.checks._leading_dim import leading_split
+from pytest_autograd.checks._leading_dim import STRATEGY as LEADING_STRATEGY
+from pytest_autograd.checks._leading_dim import judge as judge_leading_dim
+from pytest_autograd.checks._leading_dim import leading_variants
 from pytest_autograd.checks._size_hints import pattern_hint
 from pytest_autograd.checks._size_judge import (
     COMPILE_SECONDS,
@@ -144,7 +146,7 @@ class _Run:
         self.bases = {}  # (index, axis size) -> the sample with that axis' cuts
         self.variants = {}  # (index, axis size, size) -> the last variant made (timed, then judged)
         self.sample_verdicts = {}  # index -> the Verdict at the sample itself (judged only to explain a failure)
-        self.leading = {}  # index -> (LeadingSplit, the sample cut where it was taken, the cuts)
+        self.leading = {}  # index -> (LeadingDim, the sample cut where it was taken, the cuts, its Judge)
 
     def judge(self, task, pattern=False):
         """The Verdict at ``task`` (None when not run for time); recorded for the notes and the hints."""
@@ -202,50 +204,43 @@ class _Run:
         return max(0.1, limit)
 
     def judge_leading(self, index):
-        """The Verdict of sample ``index`` with one more leading dim (``_leading_dim``), taken with its sizes cut;
-        None when there is nothing to split, its dim 0 is kept, or the time budget ran out (noted)."""
+        """The Verdict of sample ``index`` with one more leading dim (``_leading_dim``), taken with its sizes cut:
+        the first variant the op does not refuse; None when there is none to try or the time budget ran out
+        (noted)."""
         context = self.context
         sample = context.case.samples[index]
         base, cuts = cut_all(context.case, sample, self.axes[index])
-        split = leading_split(context.case, base)
-        if split is None:
+        variants = leading_variants(context.case, base, sample)
+        if not variants:
             return None
         context.sample_index = index
-        kept = next((axis for axis in self.axes[index] if axis.fixed and any(
-            place.name == split.names[0] and place.dim == 0 for place in axis.tensor_places)), None)
-        if kept is not None:
-            context.note(f"sizes: no leading dim added to `{split.names[0]}`: its dim 0 is kept ({kept.fixed})")
-            return None
         if time.monotonic() >= self.deadline:
-            context.note(f"sizes: not judged {split.describe()}: the check's time budget ran out")
+            context.note(f"sizes: not judged {variants[0].describe()}: the check's time budget ran out")
             return None
-        judge = self._judge_for(index, sample)
-        finished = call_with_limit(self._limit(index, _elements(base) / max(1, _elements(sample))),
-                                   lambda: judge.at(split.sample))
-        context.sample_index = index
-        if finished.expired is not None:
-            context.note(f"sizes: not judged {split.describe()}: stopped, far slower than the other variants")
-            return None
-        verdict = finished.value
-        self.leading[index] = (split, base, cuts)
-        if verdict.status == WRONG and verdict.shapes is not None:
-            # Which shape is meant for an input the sample never had is the op's contract, not a number to judge:
-            # a diagonal of the last two dims or of the first two, rows flattened or kept.
-            expected, got = verdict.shapes
-            context.note(f"sizes: not judged {split.describe()}: the op returns {verdict.what} in shape "
-                         f"{list(got)} where reference= returns {list(expected)}")
-            return None
+        judge = Judge(context, sample, self._judge_for(index, sample).plan)
+        judge.reference = None  # at three dims the reference may mean something else: the op is judged by itself
+        limit = self._limit(index, _elements(base) / max(1, _elements(sample)))
+        for leading in variants:
+            finished = call_with_limit(limit, lambda: judge_leading_dim(context, judge, base, leading))
+            context.sample_index = index
+            if finished.expired is not None:
+                context.note(f"sizes: not judged {leading.describe()}: stopped, far slower than the other variants")
+                return None
+            verdict = finished.value
+            if verdict.status != REFUSED:
+                break
+        self.leading[index] = (leading, base, cuts, judge)
         if verdict.status == RIGHT:
             self.judged += 1
         elif verdict.status != WRONG:
             if verdict.status == REFUSED and verdict.raised is not None:
-                self._raise_if_the_sample_raises(index, sample, judge)
+                self._raise_if_the_sample_raises(index, sample, self._judge_for(index, sample))
                 context.sample_index = index
             verb = {REFUSED: "the op refuses it", OUTSIDE: "outside the op's domain"}.get(
                 verdict.status, "central differences cannot follow the op's outputs there")
-            context.note(f"sizes: not judged {split.describe()}: {verb} ({verdict.reason})")
+            context.note(f"sizes: not judged {leading.describe()}: {verb} ({verdict.reason})")
         for line in verdict.notes:
-            context.note(f"sizes: {split.describe()}: {line}")
+            context.note(f"sizes: {leading.describe()}: {line}")
         return verdict
 
     def base(self, index, axis):
@@ -482,14 +477,12 @@ def _report_cuts(context, run, task):
 
 def _report_leading(context, run, index, verdict):
     """Fail for the variant with one more leading dim; or, when the sample cut for it is wrong already, for that."""
-    split, base, cuts = run.leading[index]
-    judge = run.judges[index]
+    variant, base, cuts, judge = run.leading[index]
     context.sample_index, context.dtype = index, judge.dtype
-    when, details = split.describe(), []
+    when, details, hint = variant.describe(), [], LEADING_HINT
     if cuts:
         details.append(f"judged with the sample's sizes cut to keep the variant small ({describe_cut_list(cuts)})")
-    hint = LEADING_HINT
-    if verdict.raised is None:
+    if verdict.raised is None and verdict.strategy != LEADING_STRATEGY:
         at_base = judge.at(base)
         context.sample_index = index
         if at_base.status == WRONG:
@@ -497,9 +490,9 @@ def _report_leading(context, run, index, verdict):
                 skip(f"the op is wrong at your sample itself ({at_base.what}): gradcheck and reference report it "
                      "there; sizes judges what depends on the shape once the sample is right")
             verdict, when, hint = at_base, f"with your sample's sizes cut ({describe_cut_list(cuts)})", None
-            details = [f"right at your sample's sizes; wrong with the cuts alone, before any leading dim is added"]
-    if context.case.reference is None and judge.dtype != torch.float64:
-        details.append(f"judged coarsely (central differences in {dtype_label(judge.dtype)}, no reference=)")
+            details = ["right at your sample's sizes; wrong with the cuts alone, before any leading dim is added"]
+    if judge.dtype != torch.float64 and verdict.strategy != LEADING_STRATEGY:
+        details.append(f"judged coarsely (central differences in {dtype_label(judge.dtype)})")
     if verdict.strategy:
         details.append(f"judged by: {verdict.strategy}")
     if hint is None and verdict.derivative is not None:
