@@ -39,7 +39,8 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
 * :class:`TiledSoftmaxRowsFromDimZero` -- forward and backward view the
   input as ``(x.shape[0], -1)`` rows: for a 3-D activation a row becomes
   the whole ``(sequence, features)`` slab. Forward and backward agree with
-  each other: only ``reference=`` shows it.
+  each other: each copy's output against the op's own on the sample shows
+  it.
 
 * :class:`CrossEntropyDividesByShapeZero` -- a mean cross-entropy whose
   forward averages over every row and whose backward divides by
