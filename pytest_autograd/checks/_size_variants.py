@@ -163,16 +163,16 @@ def axes_of(case, sample, requested):
     return axes
 
 
-def cuts_for(tensors, axes, axis):
-    """(other Axis, smaller size) pairs that bring a large sample under CUT_ELEMENTS while ``axis`` keeps its size:
-    the largest other size halved, again and again, never below CUT_FLOOR; none for a sample that fits already."""
+def cuts_for(tensors, axes, axis, limit=CUT_ELEMENTS):
+    """(other Axis, smaller size) pairs that bring a large sample under ``limit`` elements while ``axis`` keeps its
+    size: the largest other size halved, again and again, never below CUT_FLOOR; none for a sample that fits."""
     others = [other for other in axes if other is not axis and other.fixed is None and other.size >= 2 * CUT_FLOOR]
     cut = {id(other): other.size for other in others}
 
     def numel():
         return variant_numel(tensors, axis, axis.size, [(other, cut[id(other)]) for other in others])
 
-    while numel() > CUT_ELEMENTS:
+    while numel() > limit:
         halvable = [other for other in others if cut[id(other)] // 2 >= CUT_FLOOR]
         if not halvable:
             break
@@ -251,10 +251,11 @@ def cut_base(case, sample, axis):
     return sample
 
 
-def cut_all(case, sample, axes):
-    """``sample`` with every size it has cut as a variant's others are (CUT_ELEMENTS, CUT_FLOOR), and the cuts:
-    where a change that is not a size (one more leading dim) is tried cheaply."""
-    cuts = cuts_for(_tensor_arguments(sample), axes, Axis(0, []))
+def cut_all(case, sample, axes, limit):
+    """``sample`` with every size it has cut as a variant's others are, until it has ``limit`` elements or fewer
+    (never below CUT_FLOOR), and the cuts: where a change that is not a size (one more leading dim) is tried
+    cheaply."""
+    cuts = cuts_for(_tensor_arguments(sample), axes, Axis(0, []), limit)
     for other, size in cuts:
         sample = variant(case, sample, other, size, None)
     return sample, cuts

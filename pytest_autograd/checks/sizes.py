@@ -68,6 +68,7 @@ SECONDS = 60.0  # all variants of an item, at most (and at most half the item's 
 VARIANT_SECONDS = 2.0  # each variant may take at least this long (on a GPU, plus a compile at its new shape) ...
 VARIANT_SLOWDOWN = 50.0  # ... or this many times the sample's first variant took, per element
 LARGE_SECONDS = 1.0  # a several-blocks size whose judging would take longer is made smaller ...
+LEADING_ELEMENTS = 1 << 11  # the leading dim is added to the sample cut to this many elements (a rank bug shows at any)
 PROBE_SECONDS = 0.25  # ... as timed by one forward there, stopped after this long
 NOT_SUPPORTED = ("if the op does not support size {size} by design, make it raise there (a size the op refuses is "
                  "noted, not failed), or declare what it supports on the marker: sizes={{{sample}: [...]}} with the "
@@ -209,7 +210,7 @@ class _Run:
         (noted)."""
         context = self.context
         sample = context.case.samples[index]
-        base, cuts = cut_all(context.case, sample, self.axes[index])
+        base, cuts = cut_all(context.case, sample, self.axes[index], LEADING_ELEMENTS)
         variants = leading_variants(context.case, base, sample)
         if not variants:
             return None
