@@ -39,8 +39,8 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
 * :class:`TiledSoftmaxRowsFromDimZero` -- forward and backward view the
   input as ``(x.shape[0], -1)`` rows: for a 3-D activation a row becomes
   the whole ``(sequence, features)`` slab. Forward and backward agree with
-  each other: each copy's output against the op's own on the sample shows
-  it.
+  each other: with ``reference=``, each copy's output against the op's own
+  on the sample shows it.
 
 * :class:`CrossEntropyDividesByShapeZero` -- a mean cross-entropy whose
   forward averages over every row and whose backward divides by
@@ -48,7 +48,9 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
   :class:`reference_ops.edges.CrossEntropy`).
 
   Each is right at any size of a 2-D sample: the sizes check's variant with
-  one more leading dim shows them.
+  one more leading dim shows them. :class:`GroupNorm` follows torch's
+  channels-first convention (dim 1 is the channels), so a leading dim means
+  something else to it, as to ``F.group_norm``: it passes.
 
 * :class:`WarpSoftmaxOddRowDropsLast` -- rows that fit one warp (up to
   ``WARP`` elements) take a path of two-element vector loads whose mask is
@@ -88,6 +90,8 @@ __all__ = [
     "WarpSoftmaxOddRowDropsLast",
     "RowNormalizeBackwardSumsDimOne",
     "CrossEntropyDividesByShapeZero",
+    "GroupNorm",
+    "group_norm_reference",
     "TiledSoftmaxRowsFromDimZero",
     "row_normalize_reference",
     "OnlineSoftmaxNoRescale",
@@ -486,6 +490,40 @@ class CrossEntropyDividesByShapeZero(Function):
         return grad * (torch.softmax(logits, -1) - one_hot) / logits.shape[0], None
 
 
+GROUPS = 2  # GroupNorm's channel groups
+
+
+def _group_normalized(x):
+    """``x`` (N, C, *) normalized over each sample's groups of channels (and its positions), in its shape."""
+    groups = x.reshape(x.shape[0], GROUPS, -1)
+    mean = groups.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(groups.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    return ((groups - mean) * rstd).reshape(x.shape), rstd
+
+
+class GroupNorm(Function):
+    """Channels-first group norm of ``x`` (N, C, *), without affine parameters; backward recomputes the statistics
+    from ``x`` with differentiable ops, so double backward works."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _group_normalized(x)[0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        normalized, rstd = _group_normalized(x)
+        grads = grad.reshape(x.shape[0], GROUPS, -1)
+        flat = normalized.reshape(grads.shape)
+        grad_x = rstd * (grads - grads.mean(-1, keepdim=True) - flat * (grads * flat).mean(-1, keepdim=True))
+        return grad_x.reshape(x.shape)
+
+
+def group_norm_reference(x):
+    return torch.nn.functional.group_norm(x, GROUPS, eps=1e-5)
+
+
 def _randn(*shape, generator=None):
     return torch.randn(*shape, generator=generator)
 
@@ -498,6 +536,7 @@ SAMPLES = {
                                                _randn(8, generator=generator) + 1.5)],
     "streaming": lambda generator=None: [(_randn(4, 8, generator=generator),)],
     "rows": lambda generator=None: [(_randn(4, 8, generator=generator),)],
+    "channels": lambda generator=None: [(_randn(4, 6, 5, generator=generator),)],
     "logits": lambda generator=None: [(_randn(6, 5, generator=generator),
                                        torch.randint(0, 5, (6,), generator=generator))],
     "warp": lambda generator=None: [(_randn(4, 2 * WARP, generator=generator),)],

@@ -743,6 +743,7 @@ def test_a_streaming_kernel_wrong_when_a_later_block_holds_the_max_fails_at_a_wi
     ("WarpSoftmax", "softmax_reference", "warp"),
     ("RowNormalize", "row_normalize_reference", "rows"),
     ("TiledSoftmax", "softmax_reference", "rows"),
+    ("GroupNorm", "group_norm_reference", "channels"),
 ])
 def test_the_correct_twins_of_the_streaming_warp_and_rank_bugs_pass_every_default_check(
         pytester, run_pytest, op, reference, family):

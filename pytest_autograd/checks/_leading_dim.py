@@ -14,17 +14,19 @@ still matches its sequence, a weight its features). Weights and tables are
 passed as they are; only when the op refuses that are the other tensor
 arguments whose shape begins like the activation's (a target per row, a
 mask per row) stacked with it. Two judgements follow, neither of which
-takes the reference's word at three dims, where it may mean something else
-(``F.cross_entropy`` reads dim 1 of a 3-D input as the classes):
+compares the op with the reference at three dims, where the reference may
+mean something else (``F.cross_entropy`` reads dim 1 of a 3-D input as the
+classes):
 
 * each copy of an output that carries the new dim equals the op's output
-  on the sample, for an op whose rows are independent at the sample (its
-  output on the last half of the rows is the last half of its output) and
-  that takes no int argument that could name a dim (``dim=1`` names
-  another dim once there are three): an op that reduces or scans over
-  dim 0 by design (batch statistics, a cumsum) means something else by a
-  leading dim, and an output reduced over the new dim (a summed loss) is
-  not compared either: sum or mean is the op's choice;
+  on the sample, where ``reference=`` reads the new dim that way too (its
+  own copies equal its output on the sample). Ops that follow torch's
+  channels-first convention (a group norm, a convolution: dim 1 is the
+  channels) mean something else by a leading dim, as do ops that reduce or
+  scan over dim 0 by design (batch statistics, a cumsum) or take
+  ``dim=1``; their references do too, and the copies are not compared. An
+  output reduced over the new dim (a summed loss) is not compared either:
+  sum or mean is the op's choice;
 * the backward is the derivative of the forward there (``_size_judge``'s
   finite differences, without the reference).
 """
@@ -96,9 +98,9 @@ def _stacked(case, base, sample, slots):
                       (COPIES, *lead.shape), tuple(own.shape) if own.shape != lead.shape else None)
 
 
-def judge(context, judge, base, variant):
-    """The Verdict of the op on ``variant``: its copies against the op on ``base``, then its derivatives
-    (``judge``, a ``_size_judge.Judge`` without a reference)."""
+def judge(context, judge, base, variant, reference):
+    """The Verdict of the op on ``variant``: its copies against the op on ``base`` (when ``reference`` reads the new
+    dim as copies too), then its derivatives (``judge``, a ``_size_judge.Judge`` without a reference)."""
     dtype = judge.dtype
     try:
         expected = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype))]
@@ -109,7 +111,7 @@ def judge(context, judge, base, variant):
         return Verdict(REFUSED, reason=str(problem).split(". ")[0])
     finally:
         context.dtype = dtype
-    if not _may_name_a_dim(base, len(variant.before)) and _rows_independent(context, base, variant, expected, dtype):
+    if reference is not None and _reference_keeps_copies(context, reference, base, variant, dtype):
         wrong = _copies_differ(context, variant, expected, got)
         if wrong is not None:
             return wrong
@@ -118,42 +120,21 @@ def judge(context, judge, base, variant):
     return verdict
 
 
-def _may_name_a_dim(sample, dims):
-    """Whether an int argument (or an int in a list or tuple argument) could name a dim of a ``dims``-dim tensor."""
-    for value in sample.values():
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, int) and not isinstance(item, bool) and -dims <= item < dims:
-                return True
-    return False
-
-
-def _rows_independent(context, base, variant, expected, dtype):
-    """Whether the op's output on the last half of the rows (of every argument stacked) is the last half of its
-    output on ``base``, for at least one output with those rows; False when the op refuses the half. The last half,
-    not the first: a scan along the rows (a cumsum) is right on a prefix."""
-    rows = variant.before[0]
-    half = rows // 2
-    if half < 1:
-        return False
-    start, kept = rows - half, half
-
-    def change(slot, value):
-        return value.narrow(0, start, kept) if slot in variant.slots else value
-
-    arguments = list(zip(base.slots(), base.values()))
-    halved = base.replace(args=[change(slot, value) for slot, value in arguments[:len(base.args)]],
-                          kwargs={slot: change(slot, value) for slot, value in arguments[len(base.args):]})
+def _reference_keeps_copies(context, reference, base, variant, dtype):
+    """Whether ``reference`` reads the new dim as a batch of copies: each copy of an output that has the new dim
+    equals its output on ``base``, for at least one output; False when it raises there."""
     try:
-        outputs = [out.detach() for out in context.run_op(context.prepare(halved, dtype=dtype))]
+        want = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype), fn=reference)]
+        have = [out.detach() for out in context.run_op(context.prepare(variant.sample, dtype=dtype), fn=reference)]
     except (OpRaised, UsageProblem):
         return False
     finally:
         context.dtype = dtype
     atol, rtol = context.tolerance(dtype)
     compared = False
-    for want, have in zip(expected, outputs):
-        if want.dim() >= 1 and want.shape[0] == rows and tuple(have.shape) == (kept, *want.shape[1:]):
-            if compare_tensors(want.narrow(0, start, kept), have, atol, rtol) is not None:
+    for expected, got in zip(want, have):
+        if tuple(got.shape) == (COPIES, *expected.shape):
+            if any(compare_tensors(expected, copy, atol, rtol) is not None for copy in got.unbind(0)):
                 return False
             compared = True
     return compared

@@ -222,7 +222,8 @@ class _Run:
         judge.reference = None  # at three dims the reference may mean something else: the op is judged by itself
         limit = self._limit(index, _elements(base) / max(1, _elements(sample)))
         for leading in variants:
-            finished = call_with_limit(limit, lambda: judge_leading_dim(context, judge, base, leading))
+            finished = call_with_limit(limit, lambda: judge_leading_dim(context, judge, base, leading,
+                                                                        context.case.reference))
             context.sample_index = index
             if finished.expired is not None:
                 context.note(f"sizes: not judged {leading.describe()}: stopped, far slower than the other variants")
