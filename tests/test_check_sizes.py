@@ -835,6 +835,62 @@ def test_the_cross_entropy_of_every_leading_dim_passes_with_a_reference_that_rea
     assert outcome.status == "passed", outcome.detail
 
 
+def test_a_declared_surrogate_gradient_is_judged_at_the_leading_dim_by_its_copies_only():
+    from reference_ops.surrogate import SignStraightThrough, sign_straight_through_reference
+
+    for rows in (8, 64):
+        x = torch.randn(rows, rows, generator=torch.Generator().manual_seed(0))
+        outcome = sizes_outcome(SignStraightThrough, [Sample(x)], reference=sign_straight_through_reference,
+                                surrogate_grad=True)
+        assert outcome.status == "passed", outcome.detail
+
+
+class SoftTargetLoss(torch.autograd.Function):
+    """-(q * log p).sum() / rows: its gradient is the target's shape, whichever dims the activation has."""
+
+    @staticmethod
+    def forward(ctx, log_p, q):
+        ctx.save_for_backward(log_p, q)
+        ctx.rows = log_p.shape[:-1].numel()
+        return -(q * log_p).sum() / ctx.rows
+
+    @staticmethod
+    def backward(ctx, grad):
+        log_p, q = ctx.saved_tensors
+        return -q * grad / ctx.rows, -log_p * grad / ctx.rows
+
+
+class ArgmaxAndProduct(torch.autograd.Function):
+    """An integer first output beside a float one."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x.argmax(-1), x @ w
+
+    @staticmethod
+    def backward(ctx, _, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w.transpose(-1, -2), x.reshape(-1, x.shape[-1]).transpose(0, 1) @ grad.reshape(-1, grad.shape[-1])
+
+
+@pytest.mark.parametrize("op, sample, reference", [
+    # the target left unstacked gives a gradient of its shape: stacking it with the activation is tried next
+    (SoftTargetLoss, lambda g: (torch.randn(6, 5, generator=g).log_softmax(-1), torch.rand(6, 5, generator=g)),
+     lambda log_p, q: -(q * log_p).sum() / log_p.shape[:-1].numel()),
+    # a max over dim 0 reads the new dim: exact copies would tie every element with its copy
+    (lambda x: x.max(0).values, lambda g: (torch.randn(16, 16, generator=g),), None),
+    # an integer output must not set the tolerance of the float ones
+    (ArgmaxAndProduct, lambda g: (torch.randn(1, 256, generator=g), torch.randn(256, 256, generator=g)),
+     lambda x, w: (x.argmax(-1), x @ w)),
+])
+def test_correct_ops_are_never_failed_for_the_leading_dim(op, sample, reference):
+    for seed in range(3):
+        outcome = sizes_outcome(op, [Sample(*sample(torch.Generator().manual_seed(seed)))], reference=reference,
+                                seed=seed)
+        assert outcome.status == "passed", outcome.detail
+
+
 def test_an_op_that_refuses_a_third_dim_is_noted_not_failed():
     class Only2D(torch.autograd.Function):
         @staticmethod

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pytest_autograd.checks._size_judge import REFUSED, WRONG, Verdict, refusal
+from pytest_autograd.checks._size_judge import REFUSED, RIGHT, WRONG, Verdict, refusal
+from pytest_autograd.checks._size_variants import jittered
 from pytest_autograd.engine.execution import OpRaised, output_label
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import compare_tensors
@@ -86,7 +87,7 @@ def leading_variants(case, base, sample):
 def _stacked(case, base, sample, slots):
     def change(slot, value):
         if slot in slots:
-            return torch.stack([value.detach()] * COPIES).clone()
+            return torch.stack([value.detach()] * COPIES)
         return value
 
     arguments = list(zip(base.slots(), base.values()))
@@ -98,12 +99,19 @@ def _stacked(case, base, sample, slots):
                       (COPIES, *lead.shape), tuple(own.shape) if own.shape != lead.shape else None)
 
 
-def judge(context, judge, base, variant, reference):
+def judge(context, judge, base, variant, reference, generator, surrogate=False):
     """The Verdict of the op on ``variant``: its copies against the op on ``base`` (when ``reference`` reads the new
-    dim as copies too), then its derivatives (``judge``, a ``_size_judge.Judge`` without a reference)."""
+    dim as copies too), then its derivatives (``judge``, a ``_size_judge.Judge`` without a reference) with the
+    first copy moved off the second (``_size_variants.jittered``): exact copies tie every element with its copy,
+    and an op selecting along the new dim (a max over dim 0) has no derivative at a tie."""
     dtype = judge.dtype
     try:
         expected = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype))]
+    except (OpRaised, UsageProblem) as raised:
+        return Verdict(REFUSED, reason=f"it refuses the sample cut, before any dim is added: {_first_line(raised)}")
+    finally:
+        context.dtype = dtype
+    try:
         got = [out.detach() for out in context.run_op(context.prepare(variant.sample, dtype=dtype))]
     except OpRaised as raised:
         return refusal(raised)
@@ -111,18 +119,37 @@ def judge(context, judge, base, variant, reference):
         return Verdict(REFUSED, reason=str(problem).split(". ")[0])
     finally:
         context.dtype = dtype
-    if reference is not None and _reference_keeps_copies(context, reference, base, variant, dtype):
-        wrong = _copies_differ(context, variant, expected, got)
+    references = _reference_copies(context, reference, base, variant, dtype) if reference is not None else None
+    if references is not None:
+        wrong = _copies_differ(context, variant, expected, got, references)
         if wrong is not None:
             return wrong
-    verdict = judge.at(variant.sample)
+    if surrogate:  # the backward is declared not to be the forward's derivative: only the copies can be judged
+        return Verdict(RIGHT) if references is not None else Verdict(
+            REFUSED, reason="a surrogate gradient is judged against reference= only, which reads the new dim otherwise")
+    verdict = judge.at(_moved_apart(context.case, variant, generator))
     verdict.notes = variant.notes + verdict.notes
     return verdict
 
 
-def _reference_keeps_copies(context, reference, base, variant, dtype):
-    """Whether ``reference`` reads the new dim as a batch of copies: each copy of an output that has the new dim
-    equals its output on ``base``, for at least one output; False when it raises there."""
+def _moved_apart(case, variant, generator):
+    """``variant``'s sample with every floating argument it stacked, but the last copy, moved a random fraction of
+    the way towards the middle of its range (``constants=`` arguments stay exact)."""
+    def change(slot, value):
+        if slot in variant.slots and slot not in case.constant_slots and value.is_floating_point() and value.numel():
+            return jittered(value.clone(), [0], 1, generator)
+        return value
+
+    sample = variant.sample
+    arguments = list(zip(sample.slots(), sample.values()))
+    return sample.replace(args=[change(slot, value) for slot, value in arguments[:len(sample.args)]],
+                          kwargs={slot: change(slot, value) for slot, value in arguments[len(sample.args):]})
+
+
+def _reference_copies(context, reference, base, variant, dtype):
+    """The reference's outputs on ``variant`` when it reads the new dim as a batch of copies (each copy of an
+    output that has the new dim equals its output on ``base``, for at least one output); None otherwise, or when
+    it raises there."""
     try:
         want = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype), fn=reference)]
         have = [out.detach() for out in context.run_op(context.prepare(variant.sample, dtype=dtype), fn=reference)]
@@ -135,21 +162,23 @@ def _reference_keeps_copies(context, reference, base, variant, dtype):
     for expected, got in zip(want, have):
         if tuple(got.shape) == (COPIES, *expected.shape):
             if any(compare_tensors(expected, copy, atol, rtol) is not None for copy in got.unbind(0)):
-                return False
+                return None
             compared = True
-    return compared
+    return have if compared else None
 
 
-def _copies_differ(context, variant, expected, got):
+def _copies_differ(context, variant, expected, got, references):
     """A WRONG Verdict for the first output whose copies differ from the op's output on the sample, or whose
-    rows are flattened although at the sample the output has its input's shape; None when none does."""
-    atol, rtol = context.tolerance(expected[0].dtype if expected else torch.float64)
+    rows are flattened where the reference keeps the new dim and the output has its input's shape at the sample;
+    None when none does."""
     for k, (want, have) in enumerate(zip(expected, got)):
         label = output_label(k, len(got))
+        atol, rtol = context.tolerance(want.dtype if want.is_floating_point() or want.is_complex() else torch.float64)
         if tuple(have.shape) == (COPIES, *want.shape):
             copies = have.unbind(0)
         elif want.dim() >= 1 and tuple(have.shape) == (COPIES * want.shape[0], *want.shape[1:]):
-            if tuple(want.shape) == variant.before:  # the output follows its input's shape, but not here
+            kept = k < len(references) and tuple(references[k].shape) == (COPIES, *want.shape)
+            if kept and tuple(want.shape) == variant.before:  # the output follows its input's shape, but not here
                 return Verdict(WRONG, what=label, output=label, strategy=STRATEGY,
                                worst=f"shape: expected {list(variant.after)} (the input's, as at the sample), got "
                                      f"{list(have.shape)}: the leading dims are flattened")
@@ -166,8 +195,14 @@ def _copies_differ(context, variant, expected, got):
     return None
 
 
+def _first_line(raised):
+    error = getattr(raised, "error", raised)
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:160] if text else ''}"
+
+
 def _shape(shape):
     return "(" + ", ".join(str(size) for size in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-__all__ = ["HINT", "LeadingDim", "judge", "leading_variants"]
+__all__ = ["HINT", "STRATEGY", "LeadingDim", "judge", "leading_variants"]

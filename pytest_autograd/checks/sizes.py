@@ -6,8 +6,9 @@ a grid that forgets the last program, a split boundary, a reduction right
 only while the row fits one block, a batch of one squeezed away. Each
 distinct dimension size of each sample (see ``_size_variants``) is changed
 consistently across the arguments that share it to size + 1, size - 1, 1,
-an odd size just past a power of two and a size spanning several blocks (or
-to the sizes ``sizes=`` gives), and the op is judged there in the strategy
+an odd size just past a power of two, 11, 19 and 45 (rows that fit half a
+warp, a warp or two take their own path in many kernels) and a size
+spanning several blocks (or to the sizes ``sizes=`` gives), and the op is judged there in the strategy
 that applies to it (``_size_judge``). Then each sample is judged once more
 with one more leading dim (``_leading_dim``): a 3-D activation for an op
 sampled on rows. A size the op refuses (raises) is
@@ -34,6 +35,7 @@ from pytest_autograd.checks._leading_dim import leading_variants
 from pytest_autograd.checks._size_hints import pattern_hint
 from pytest_autograd.checks._size_judge import (
     COMPILE_SECONDS,
+    INVALID_GRADIENT,
     OUTSIDE,
     REFUSED,
     RIGHT,
@@ -88,7 +90,7 @@ class Task:
 class Sizes(Check):
     name = "sizes"
     description = ("gradients right at sizes the samples do not have: each dimension size at +1, -1, 1, an odd size "
-                   "past a power of two and a multi-block size, and with one more leading dim")
+                   "past a power of two, 11/19/45, a multi-block size, and with one more leading dim")
     options = {"sizes": None, "dtypes": None, **OPTION}
 
     def applies(self, case, device):
@@ -221,16 +223,24 @@ class _Run:
         judge = Judge(context, sample, self._judge_for(index, sample).plan)
         judge.reference = None  # at three dims the reference may mean something else: the op is judged by itself
         limit = self._limit(index, _elements(base) / max(1, _elements(sample)))
+        generator_seed = hash((context.seed, index, "leading dim")) % (2 ** 63)
+        surrogate = surrogate_reason(context.case, self.context.check_name) is not None
+        tried = []  # (LeadingDim, Verdict), in order
         for leading in variants:
-            finished = call_with_limit(limit, lambda: judge_leading_dim(context, judge, base, leading,
-                                                                        context.case.reference))
+            finished = call_with_limit(limit, lambda: judge_leading_dim(
+                context, judge, base, leading, context.case.reference, torch.Generator().manual_seed(generator_seed),
+                surrogate=surrogate))
             context.sample_index = index
             if finished.expired is not None:
-                context.note(f"sizes: not judged {leading.describe()}: stopped, far slower than the other variants")
+                context.note(f"sizes: not judged {leading.describe()}: stopped after {fmt(limit)} s (the check's time "
+                             "budget, or far slower than the other variants)")
                 return None
-            verdict = finished.value
-            if verdict.status != REFUSED:
+            tried.append((leading, finished.value))
+            if not _try_on(finished.value, leading, variants):
                 break
+        # The first that is neither refused nor a gradient shaped like an argument left unstacked; else the last
+        # (refused: autograd's complaint about an unstacked argument's shape says nothing when stacking it is refused)
+        leading, verdict = next(((lead, v) for lead, v in tried if not _try_on(v, lead, variants)), tried[-1])
         self.leading[index] = (leading, base, cuts, judge)
         if verdict.status == RIGHT:
             self.judged += 1
@@ -504,6 +514,17 @@ def _report_leading(context, run, index, verdict):
     context.fail(f"{verdict.what} is wrong {when}", output=verdict.output, argument=verdict.argument,
                  worst=verdict.worst, error=verdict.error, details=details, hint=hint, evidence=verdict.evidence,
                  dtype=dtype_label(judge.dtype))
+
+
+def _try_on(verdict, leading, variants):
+    """Whether to try the next leading-dim variant after ``verdict``: the op refused it, or autograd refused a
+    gradient while an argument shaped like the activation (a target, a mask) was left unstacked, which a later
+    variant stacks (a loss whose gradient is the target times grad_output has the target's shape)."""
+    if verdict.status == REFUSED:
+        return True
+    later = variants[variants.index(leading) + 1:]
+    return (verdict.status == WRONG and verdict.raised is not None and INVALID_GRADIENT in str(verdict.raised.error)
+            and any(other.slots[0] == leading.slots[0] and len(other.slots) > len(leading.slots) for other in later))
 
 
 def _elements(sample):
