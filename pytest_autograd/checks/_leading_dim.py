@@ -31,17 +31,18 @@ classes):
   finite differences, without the reference).
 """
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
 from pytest_autograd.checks._size_judge import REFUSED, RIGHT, WRONG, Verdict, refusal
-from pytest_autograd.checks._size_variants import jittered
 from pytest_autograd.engine.execution import OpRaised, output_label
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import compare_tensors
 
 COPIES = 2
+MOVED, TOWARDS = 0.25, 0.5 + 1 / 29  # a one-row first copy moves this far towards that point of its range
 STRATEGY = "each copy's outputs against the op's own on the sample (copies of it along a new dim 0)"
 HINT = ("the op (or its backward) is written for the sample's number of dims: read sizes from the end "
         "(x.shape[-1], not x.shape[1]), reduce over dim=-1, not dim=1, flatten the leading dims before a kernel that "
@@ -99,11 +100,11 @@ def _stacked(case, base, sample, slots):
                       (COPIES, *lead.shape), tuple(own.shape) if own.shape != lead.shape else None)
 
 
-def judge(context, judge, base, variant, reference, generator, surrogate=False):
+def judge(context, judge, base, variant, reference, surrogate=False):
     """The Verdict of the op on ``variant``: its copies against the op on ``base`` (when ``reference`` reads the new
     dim as copies too), then its derivatives (``judge``, a ``_size_judge.Judge`` without a reference) with the
-    first copy moved off the second (``_size_variants.jittered``): exact copies tie every element with its copy,
-    and an op selecting along the new dim (a max over dim 0) has no derivative at a tie."""
+    first copy moved off the second: exact copies tie every element with its copy, and an op selecting along the
+    new dim (a max over dim 0) has no derivative at a tie."""
     dtype = judge.dtype
     try:
         expected = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype))]
@@ -127,18 +128,29 @@ def judge(context, judge, base, variant, reference, generator, surrogate=False):
     if surrogate:  # the backward is declared not to be the forward's derivative: only the copies can be judged
         return Verdict(RIGHT) if references is not None else Verdict(
             REFUSED, reason="a surrogate gradient is judged against reference= only, which reads the new dim otherwise")
-    verdict = judge.at(_moved_apart(context.case, variant, generator))
+    verdict = judge.at(_moved_apart(context.case, variant))
     verdict.notes = variant.notes + verdict.notes
     return verdict
 
 
-def _moved_apart(case, variant, generator):
-    """``variant``'s sample with every floating argument it stacked, but the last copy, moved a random fraction of
-    the way towards the middle of its range (``constants=`` arguments stay exact)."""
+def _moved_apart(case, variant):
+    """``variant``'s sample with the first copy of every argument it stacked rolled by one row: the sample's own
+    values, ties only where the sample ties, and none of an element with its copy. A sample of one row has its
+    first copy (of the floating, non-constant arguments) moved a quarter of the way towards a point inside its
+    range instead: one affine map, which keeps the ties within the copy."""
     def change(slot, value):
-        if slot in variant.slots and slot not in case.constant_slots and value.is_floating_point() and value.numel():
-            return jittered(value.clone(), [0], 1, generator)
-        return value
+        if slot not in variant.slots or not value.numel():
+            return value
+        moved = value.clone()
+        if value.dim() >= 2 and value.shape[1] > 1:
+            moved[0] = value[0].roll(1, 0)
+            return moved
+        if slot in case.constant_slots or not value.is_floating_point():
+            return value
+        low, high = (float(v) for v in torch.aminmax(value[0].double()))
+        if math.isfinite(low) and math.isfinite(high):
+            moved[0] += MOVED * (low + (high - low) * TOWARDS - moved[0])
+        return moved
 
     sample = variant.sample
     arguments = list(zip(sample.slots(), sample.values()))

@@ -356,11 +356,11 @@ def _resized(tensor, dims, old, new, jitter, generator):
         grown_dims.append(dim)
     tensor = tensor.clone()
     if jitter and grown_dims and tensor.numel():
-        tensor = jittered(tensor, grown_dims, old, generator)
+        tensor = _jittered(tensor, grown_dims, old, generator)
     return tensor
 
 
-def jittered(tensor, dims, old, generator):
+def _jittered(tensor, dims, old, generator):
     """``tensor`` (a fresh copy, may be written), grown by repeating along ``dims`` (each of size ``old`` before),
     with every element outside one copy of the sample moved a random fraction of the way towards the middle of the
     tensor's range.

@@ -223,13 +223,11 @@ class _Run:
         judge = Judge(context, sample, self._judge_for(index, sample).plan)
         judge.reference = None  # at three dims the reference may mean something else: the op is judged by itself
         limit = self._limit(index, _elements(base) / max(1, _elements(sample)))
-        generator_seed = hash((context.seed, index, "leading dim")) % (2 ** 63)
         surrogate = surrogate_reason(context.case, self.context.check_name) is not None
         tried = []  # (LeadingDim, Verdict), in order
         for leading in variants:
             finished = call_with_limit(limit, lambda: judge_leading_dim(
-                context, judge, base, leading, context.case.reference, torch.Generator().manual_seed(generator_seed),
-                surrogate=surrogate))
+                context, judge, base, leading, context.case.reference, surrogate=surrogate))
             context.sample_index = index
             if finished.expired is not None:
                 context.note(f"sizes: not judged {leading.describe()}: stopped after {fmt(limit)} s (the check's time "
