@@ -114,8 +114,8 @@ def test_repeated_runs_agree_within_their_reported_noise():
         centre = statistics.median(medians)
         deviation = statistics.median(abs(m - centre) for m in medians) / centre
         reported = statistics.median(run.noise for run in runs)
-        assert deviation <= max(2 * reported, 0.05), (
-            f"medians {[fmt_time(m) for m in medians]}: typical deviation {deviation:.1%}, reported noise {reported:.1%}")
+        assert deviation <= max(2 * reported, 0.05), (f"medians {[fmt_time(m) for m in medians]}: typical deviation "
+                                                      f"{deviation:.1%}, reported noise {reported:.1%}")
 
     on_a_real_clock(trial)
 
