@@ -175,6 +175,8 @@ def layer_norm_reference(x):
 class CrossEntropy(Function):
     """Mean cross-entropy of logits against integer targets; derivative (softmax - one_hot) / N."""
 
+    rows_from_dim_zero = False  # the planted bug of reference_ops.sizes.CrossEntropyDividesByShapeZero
+
     @staticmethod
     def forward(ctx, logits, target):
         log_probs = logits - torch.logsumexp(logits, -1, keepdim=True)
@@ -186,6 +188,8 @@ class CrossEntropy(Function):
         logits, target = ctx.saved_tensors
         one_hot = torch.zeros_like(logits).scatter_(-1, target.unsqueeze(-1), 1.0)
         rows = logits.numel() // logits.shape[-1]  # every leading dim: logits.shape[0] is right for 2-D logits only
+        if getattr(ctx, "_forward_cls", CrossEntropy).rows_from_dim_zero:
+            rows = logits.shape[0]
         return grad * (torch.softmax(logits, -1) - one_hot) / rows, None
 
 
