@@ -236,9 +236,11 @@ class _Run:
             tried.append((leading, finished.value))
             if not _try_on(finished.value, leading, variants):
                 break
-        # The first that is neither refused nor a gradient shaped like an argument left unstacked; else the last
-        # (refused: autograd's complaint about an unstacked argument's shape says nothing when stacking it is refused)
-        leading, verdict = next(((lead, v) for lead, v in tried if not _try_on(v, lead, variants)), tried[-1])
+        # The first that is neither refused nor a gradient shaped like an argument left unstacked; else the first
+        # refused one, the activation's own (autograd's complaint about an unstacked argument's shape says nothing
+        # when stacking it is refused)
+        judged = [(lead, v) for lead, v in tried if not _try_on(v, lead, variants)]
+        leading, verdict = judged[0] if judged else next((lead, v) for lead, v in tried if v.status == REFUSED)
         self.leading[index] = (leading, base, cuts, judge)
         if verdict.status == RIGHT:
             self.judged += 1
