@@ -891,6 +891,18 @@ def test_correct_ops_are_never_failed_for_the_leading_dim(op, sample, reference)
         assert outcome.status == "passed", outcome.detail
 
 
+def test_a_reference_that_refuses_the_leading_dim_leaves_the_copies_uncompared():
+    from reference_ops.sizes import BatchCentered, SAMPLES, batch_centered_reference
+
+    def two_dims_only(x, weight):  # the op centers over dim 0 by design: its copies differ from its 2-D output
+        if x.dim() != 2:
+            raise ValueError("2-D only")
+        return batch_centered_reference(x, weight)
+
+    outcome = sizes_outcome(BatchCentered, [Sample(*SAMPLES["batch_centered"]()[0])], reference=two_dims_only)
+    assert outcome.status == "passed", outcome.detail
+
+
 def test_an_op_that_refuses_a_third_dim_is_noted_not_failed():
     class Only2D(torch.autograd.Function):
         @staticmethod

@@ -323,8 +323,7 @@ def nudged(sample, slots, dtype, sign, seed, zeros_too=True):
         signs = torch.randint(0, 2, value.shape, generator=generator, dtype=torch.float64) * 2 - 1
         return value + sign * signs * eps * step
 
-    return sample.replace(args=[nudge(i, a) for i, a in enumerate(sample.args)],
-                          kwargs={k: nudge(k, v) for k, v in sample.kwargs.items()})
+    return sample.map(nudge)
 
 
 class _Compared:

@@ -91,10 +91,8 @@ def _stacked(case, base, sample, slots):
             return torch.stack([value.detach()] * COPIES)
         return value
 
-    arguments = list(zip(base.slots(), base.values()))
-    changed = base.replace(args=[change(slot, value) for slot, value in arguments[:len(base.args)]],
-                           kwargs={slot: change(slot, value) for slot, value in arguments[len(base.args):]})
-    lead = dict(arguments)[slots[0]]
+    changed = base.map(change)
+    lead = dict(zip(base.slots(), base.values()))[slots[0]]
     own = dict(zip(sample.slots(), sample.values()))[slots[0]]
     return LeadingDim(changed, list(slots), [case.arg_name(slot) for slot in slots], tuple(lead.shape),
                       (COPIES, *lead.shape), tuple(own.shape) if own.shape != lead.shape else None)
@@ -109,15 +107,15 @@ def judge(context, judge, base, variant, reference, surrogate=False):
     try:
         expected = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype))]
     except (OpRaised, UsageProblem) as raised:
-        return Verdict(REFUSED, reason=f"it refuses the sample cut, before any dim is added: {_first_line(raised)}")
+        refused = refusal(raised)
+        refused.reason = f"it refuses the sample cut, before any dim is added: {refused.reason}"
+        return refused
     finally:
         context.dtype = dtype
     try:
         got = [out.detach() for out in context.run_op(context.prepare(variant.sample, dtype=dtype))]
-    except OpRaised as raised:
+    except (OpRaised, UsageProblem) as raised:
         return refusal(raised)
-    except UsageProblem as problem:
-        return Verdict(REFUSED, reason=str(problem).split(". ")[0])
     finally:
         context.dtype = dtype
     references = _reference_copies(context, reference, base, variant, dtype) if reference is not None else None
@@ -152,10 +150,7 @@ def _moved_apart(case, variant):
             moved[0] += MOVED * (low + (high - low) * TOWARDS - moved[0])
         return moved
 
-    sample = variant.sample
-    arguments = list(zip(sample.slots(), sample.values()))
-    return sample.replace(args=[change(slot, value) for slot, value in arguments[:len(sample.args)]],
-                          kwargs={slot: change(slot, value) for slot, value in arguments[len(sample.args):]})
+    return variant.sample.map(change)
 
 
 def _reference_copies(context, reference, base, variant, dtype):
@@ -166,7 +161,7 @@ def _reference_copies(context, reference, base, variant, dtype):
         want = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype), fn=reference)]
         have = [out.detach() for out in context.run_op(context.prepare(variant.sample, dtype=dtype), fn=reference)]
     except (OpRaised, UsageProblem):
-        return False
+        return None
     finally:
         context.dtype = dtype
     atol, rtol = context.tolerance(dtype)
@@ -205,12 +200,6 @@ def _copies_differ(context, variant, expected, got, references):
                 return Verdict(WRONG, what=label, output=label, worst=mismatch.worst(label),
                                error=mismatch.error_line(), strategy=STRATEGY)
     return None
-
-
-def _first_line(raised):
-    error = getattr(raised, "error", raised)
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:160] if text else ''}"
 
 
 def _shape(shape):

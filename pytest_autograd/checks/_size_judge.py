@@ -146,10 +146,8 @@ class Judge:
             if self.plan is None:
                 return self._float64(variant)
             return self._low_precision(variant, size_ratio)
-        except OpRaised as raised:
+        except (OpRaised, UsageProblem) as raised:  # a UsageProblem: e.g. no tensor output at this size
             return refusal(raised)
-        except UsageProblem as problem:  # e.g. no tensor output at this size: nothing to judge there
-            return Verdict(REFUSED, reason=str(problem).split(". ")[0])
         finally:
             self.context.dtype = self.dtype
 
@@ -393,8 +391,11 @@ def first_call_may_compile(device):
 
 
 def refusal(raised):
-    """A Verdict for an op that raised at a variant: refused (outside its contract), or wrong when autograd
-    refuses the shape of a gradient its backward returned."""
+    """A Verdict for an op that raised at a variant (an OpRaised): refused (outside its contract), or wrong when
+    autograd refuses the shape of a gradient its backward returned; refused for a UsageProblem (no tensor output
+    there: nothing to judge)."""
+    if isinstance(raised, UsageProblem):
+        return Verdict(REFUSED, reason=str(raised).split(". ")[0])
     text = str(raised.error)
     first = text.strip().splitlines()[0] if text.strip() else ""
     if raised.phase == "backward" and INVALID_GRADIENT in text:

@@ -291,8 +291,7 @@ def variant(case, sample, axis, size, generator):
                 value = _replaced(value, place.path, size)
         return value
 
-    return sample.replace(args=[change(i, a) for i, a in enumerate(sample.args)],
-                          kwargs={k: change(k, v) for k, v in sample.kwargs.items()})
+    return sample.map(change)
 
 
 def _tensor_arguments(sample):

@@ -101,8 +101,7 @@ def cast_sample(sample, dtype, magnitude=None, slots=None):
                 value.mul_(magnitude / peak)
         return value.to(dtype)
 
-    return sample.replace(args=[cast(i, a) for i, a in enumerate(sample.args)],
-                          kwargs={k: cast(k, v) for k, v in sample.kwargs.items()})
+    return sample.map(cast)
 
 
 @dataclass

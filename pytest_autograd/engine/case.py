@@ -31,6 +31,11 @@ class Sample:
     def replace(self, args=None, kwargs=None):
         return Sample(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
 
+    def map(self, change):
+        """A Sample with each argument replaced by ``change(slot, value)`` (slot: position or keyword name)."""
+        return self.replace(args=[change(slot, value) for slot, value in enumerate(self.args)],
+                            kwargs={slot: change(slot, value) for slot, value in self.kwargs.items()})
+
     def __repr__(self):
         parts = [_describe(a) for a in self.args] + [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
         return f"Sample({', '.join(parts)})"
