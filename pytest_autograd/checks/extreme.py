@@ -21,6 +21,10 @@ was given, which reference and precision judge at their own scale, against
 tighter tolerances. A large random sample reaches 6 by itself (the largest
 of a million normal draws is about 5), and that run would cost as much as
 the sample's own.
+
+On a sample of over 64k elements the magnitudes are judged on its first
+rows, each row whole (``_fewer_rows``): a magnitude acts on every row alike,
+and each row would cost as much here as in gradcheck.
 """
 
 import math
@@ -29,6 +33,7 @@ import time
 import torch
 
 from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots
+from pytest_autograd.checks._fewer_rows import fewer_rows
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import (
     DtypeRefusals,
@@ -121,7 +126,10 @@ def _check_dtype(context, dtype, notes):
         if not slots:
             continue
         foreign = dtype not in samples_dtypes(context.case)  # a dtype the op may refuse by design
+        rows = fewer_rows(context, index, sample)
+        sample = sample if rows is None else rows.sample
         judge = Judge(context, cast_sample(sample, dtype, slots=slots), dtype, slots, foreign)
+        judge.rows = rows
         peaks = None if foreign else _peaks(sample, slots)
         limit = cap
         for where, magnitude in magnitudes(dtype):

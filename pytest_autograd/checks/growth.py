@@ -19,6 +19,11 @@ with tensors and bytes per call. On CUDA the bytes allocated on the device
 (``torch.cuda.memory_allocated``) are compared too. Both measurements follow
 one untracked call, so buffers that autograd's CUDA thread still holds from
 the last call are not taken for growth.
+
+On a sample of over 64k elements the calls are made on its first rows, each
+row whole (``_fewer_rows``): a cache grows per call, not per row, and eight
+calls of a large sample would cost eight of gradcheck's forwards and
+backwards.
 """
 
 import gc
@@ -31,9 +36,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from pytest_autograd.checks._hygiene import cuda_allocated, describe, fmt_bytes
+from pytest_autograd.checks._fewer_rows import fewer_rows
 from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks.base import Check
-from pytest_autograd.engine.execution import grads_of
+from pytest_autograd.engine.execution import grads_of, random_cotangents
 from pytest_autograd.engine.outcomes import UsageProblem
 
 DEFAULT_CALLS = 8
@@ -81,11 +87,15 @@ class Growth(Check):
 
     def run(self, context):
         calls = _calls(context.case)
-        prepared = [context.prepare(sample) for _, sample in context.samples()]
-        cotangents = [None] * len(prepared)
-        for k, sample in enumerate(prepared):  # a call before the watched ones (the plain run) gives the cotangents
-            context.sample_index = k
-            cotangents[k] = plain_run(context, k, sample).cotangents
+        prepared, cotangents, cut = [], [], []
+        for index, sample in context.samples():  # a call before the watched ones gives the cotangents
+            rows = fewer_rows(context, index, sample)
+            prepared.append(context.prepare(sample if rows is None else rows.sample))
+            if rows is None:
+                cotangents.append(plain_run(context, index, prepared[-1]).cotangents)
+            else:
+                cotangents.append(_untracked_call(context, prepared[-1]))
+                cut.append(f"sample {index}: judged on {rows.describe()} (a cache grows per call, not per row)")
         tracker = CreatedTensors()
         counts, device_bytes, host_bytes = [], [], []
         half = calls // 2
@@ -111,7 +121,7 @@ class Growth(Check):
         survivors = tracker.alive()
         if len(survivors) <= counts[half - 1] and not grown_on_device:
             return  # only Python's cyclic garbage collector frees them: the leak check reports reference cycles
-        _report(context, counts, half, survivors, host_bytes[1] - host_bytes[0], grown_on_device, calls)
+        _report(context, counts, half, survivors, host_bytes[1] - host_bytes[0], grown_on_device, calls, cut)
 
 
 def _settle(context, prepared, cotangents):
@@ -147,6 +157,15 @@ def _calls(case):
     return value
 
 
+def _untracked_call(context, prepared):
+    """A call before the watched ones on a sample no other check ran: the cotangents the watched ones use."""
+    outputs = context.run_op(prepared)
+    cotangents = random_cotangents(outputs, context.generator, repeating=True)
+    if prepared.leaves and any(out.requires_grad for out in outputs):
+        grads_of(outputs, prepared.leaves, cotangents)
+    return cotangents
+
+
 def _call_once(context, prepared, cotangents):
     """One forward and backward on fresh copies of the sample; everything it made is dropped on return."""
     outputs = context.run_op(prepared)
@@ -166,7 +185,7 @@ def _storage_bytes(tensors):
     return sum(storages.values())
 
 
-def _report(context, counts, half, survivors, grown_bytes, grown_on_device, calls):
+def _report(context, counts, half, survivors, grown_bytes, grown_on_device, calls, cut):
     window = calls - half
     grown = counts[-1] - counts[half - 1]
     total = _storage_bytes(survivors)
@@ -177,7 +196,7 @@ def _report(context, counts, half, survivors, grown_bytes, grown_on_device, call
                f"still alive after the last call: {len(survivors)} tensors, {fmt_bytes(total)} "
                f"(e.g. {', '.join(describe(t) for t in survivors[-3:])})",
                "gc.collect() does not free them: something outside the graph (a list, dict or cache on the "
-               "Function class or in a module) holds them"]
+               "Function class or in a module) holds them"] + cut
     noun = "tensor" if per_call == 1 else "tensors"
     summary = (f"every call leaves more tensors alive: {per_call:.3g} {noun} (about {fmt_bytes(int(per_call_bytes))})"
                f" per call over the last {window} of {calls} identical calls")
