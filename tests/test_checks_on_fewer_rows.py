@@ -5,6 +5,8 @@ import torch.nn.functional as F
 
 from pytest_autograd.checks._fewer_rows import ROWS_ELEMENTS
 from pytest_autograd.engine.api import run_checks
+from reference_ops import LinearFunction
+from reference_ops.buggy import LinearContiguousAssumption
 from reference_ops.state import ExpHistoryOnClass
 from reference_ops.transforms import NaiveSoftmax, StableSoftmax, softmax_reference
 
@@ -93,7 +95,7 @@ def test_an_op_that_refuses_fewer_rows_is_judged_on_the_whole_sample():
 
 def test_a_target_per_row_is_cut_with_the_rows_it_belongs_to():
     def loss(logits, target):
-        return F.cross_entropy(logits, target)
+        return F.cross_entropy(logits, target, reduction="none")
 
     op = ShapesSeen(loss)
     target = torch.randint(0, WIDTH, (ROWS,), generator=torch.Generator().manual_seed(1))
@@ -102,24 +104,109 @@ def test_a_target_per_row_is_cut_with_the_rows_it_belongs_to():
     assert op.calls[-1] == ((CUT, WIDTH), (CUT,))
 
 
-def test_a_square_layer_cuts_the_rows_of_weight_and_bias_that_share_the_batch_size():
-    op = ShapesSeen(F.linear)  # x (512, 512) and weight (512, 512): dim 0 of both, then of the bias, is 512
+def test_a_square_layer_cuts_the_batch_and_keeps_the_weight_that_shares_its_size():
+    op = ShapesSeen(F.linear)  # x (512, 512) and weight (512, 512): cutting both would drop output features
     x, weight, bias = _large(ROWS, ROWS), _large(ROWS, ROWS), _large(ROWS)
     outcome = _one(op, [(x, weight, bias)], "extreme", reference=F.linear)
     assert outcome.status == "passed", outcome.detail
     rows = ROWS_ELEMENTS // ROWS
-    assert op.calls[-1] == ((rows, ROWS), (rows, ROWS), (rows,))
+    assert op.calls[-1] == ((rows, ROWS), (ROWS, ROWS), (ROWS,))
 
 
-def test_indices_into_a_cut_table_are_taken_modulo_its_new_size():
+def test_attention_cuts_its_heads_in_every_argument():
+    def attention(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) / 8.0, -1) @ v
+
+    op = ShapesSeen(attention)
+    q, k, v = (_large(16, 128, 64) for _ in range(3))
+    outcome = _one(op, [(q, k, v)], "extreme", reference=attention)
+    assert outcome.status == "passed", outcome.detail
+    assert op.calls[-1] == ((8, 128, 64),) * 3
+
+
+def test_a_lookup_whose_table_is_the_largest_tensor_is_judged_whole():
     def lookup(weight, index):
         return F.embedding(index, weight)
 
     op = ShapesSeen(lookup)
-    index = torch.arange(ROWS - 1, -1, -1)  # every row of the table, the last first
+    index = torch.arange(ROWS - 1, -1, -1)  # every row of the table, the last first: no cut keeps them all
     outcome = _one(op, [(_large(ROWS, WIDTH), index)], "extreme", reference=lookup)
     assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((CUT, WIDTH), (ROWS,))
+    assert op.calls[-1] == ((ROWS, WIDTH), (ROWS,))
+
+
+def test_an_index_into_another_dim_keeps_its_values():
+    def permute_columns(x, order):
+        return x[:, order]
+
+    order = torch.randperm(300, generator=torch.Generator().manual_seed(1))  # all below the 1024 rows, yet no row
+    for check in ("extreme", "noncontiguous"):
+        outcome = _one(permute_columns, [(_large(1024, 300), order)], check, reference=permute_columns)
+        assert outcome.status == "passed", outcome.detail
+
+
+def test_an_op_that_reduces_over_the_rows_is_judged_whole_and_its_overflow_is_caught():
+    def batch_rms(x):  # float16 squares summed over 65536 rows overflow at max |x| = 6; over 2048 they do not
+        return ((x * x).sum(0) / x.shape[0]).sqrt()
+
+    x = (_large(65536, 32) * 0.2).half()
+    outcome = _one(batch_rms, [(x,)], "extreme", reference=lambda x: x.pow(2).mean(0).sqrt())
+    assert outcome.status == "failed"
+    assert "in float16 for inputs scaled to max |x| = 6" in outcome.detail
+    assert "judged on the first" not in outcome.detail
+
+
+def test_an_op_that_normalizes_over_the_rows_is_judged_whole():
+    def batch_norm(x):  # keeps the rows, but every one depends on all of them
+        return (x - x.mean(0)) / x.std(0)
+
+    op = ShapesSeen(batch_norm)
+    outcome = _one(op, [(_large(ROWS, WIDTH),)], "mutation")
+    assert outcome.status == "passed", outcome.detail
+    assert op.calls[-1] == ((ROWS, WIDTH),)
+
+
+def test_an_op_counting_rows_from_an_int_argument_is_judged_whole():
+    def mean_rows(x, n_rows):
+        return x.sum(0) / n_rows
+
+    op = ShapesSeen(mean_rows)
+    outcome = _one(op, [(_large(ROWS, WIDTH), ROWS)], "extreme", reference=lambda x, n: x.mean(0))
+    assert outcome.status == "passed", outcome.detail
+    assert op.calls[-1] == ((ROWS, WIDTH),)
+
+
+def test_a_reference_written_for_the_sample_size_alone_keeps_the_sample_whole():
+    positions = _large(2 * ROWS, 64)
+
+    def add_positions(x):
+        return torch.tanh(x + positions[: x.shape[0]])
+
+    def reference(x):  # written for the sample: any other number of rows raises
+        return torch.tanh(x + positions)
+
+    outcome = _one(add_positions, [(_large(2 * ROWS, 64),)], "extreme", reference=reference)
+    assert outcome.status == "passed", outcome.detail
+
+
+def test_a_branch_on_the_batch_size_through_the_same_operations_with_other_arguments_is_judged_whole():
+    def softmax(x):  # large batches take one max for the whole batch, which overflows at 2e9
+        m = (x.amax() if x.shape[0] >= 256 else x.amax(-1, keepdim=True)).detach()
+        e = (x - m).exp()
+        return e / e.sum(-1, keepdim=True)
+
+    outcome = _one(softmax, [(_large(ROWS, WIDTH),)], "extreme", reference=softmax_reference)
+    assert outcome.status == "failed"
+    assert "judged on the first" not in outcome.detail
+
+
+def test_an_op_that_returns_nothing_on_fewer_rows_is_judged_whole():
+    def whole_blocks(x):  # one output per block of 128 rows: none on fewer
+        return [torch.tanh(block) for block in x.split(128) if block.shape[0] == 128]
+
+    for check in ("extreme", "growth", "noncontiguous"):
+        outcome = _one(whole_blocks, [(_large(ROWS, WIDTH),)], check)
+        assert outcome.status == "passed", (check, outcome.detail)
 
 
 def test_growth_still_catches_a_list_on_the_class_on_a_large_sample_and_names_the_rows():
@@ -133,3 +220,66 @@ def test_growth_still_catches_a_list_on_the_class_on_a_large_sample_and_names_th
 def test_growth_passes_a_correct_op_on_a_large_sample():
     outcome = _one(torch.exp, [(_large(ROWS, WIDTH) / 4,)], "growth")
     assert outcome.status == "passed", outcome.detail
+
+
+def test_noncontiguous_still_catches_a_kernel_reading_memory_as_contiguous_on_a_large_sample():
+    x, weight, bias = _large(ROWS, WIDTH), _large(16, WIDTH), _large(16)
+    outcome = _one(LinearContiguousAssumption.apply, [(x, weight, bias)], "noncontiguous")
+    assert outcome.status == "failed"
+    assert "gradient w.r.t. `weight` differs from the contiguous run when `input` is transposed" in outcome.detail
+    assert f"judged on the first {CUT} of the {ROWS} rows (dim 0) of `input`, each row whole" in outcome.detail
+
+
+def test_noncontiguous_passes_a_correct_linear_layer_on_a_large_sample():
+    x, weight, bias = _large(ROWS, WIDTH), _large(16, WIDTH), _large(16)
+    outcome = _one(LinearFunction.apply, [(x, weight, bias)], "noncontiguous")
+    assert outcome.status == "passed", outcome.detail
+
+
+LARGE_BATCH_ONLY_BUGS = """
+import pytest, torch
+from reference_ops.transforms import NaiveSoftmax, softmax_reference
+
+
+def softmax(x):  # right on small batches; large ones go to a kernel that overflows
+    return NaiveSoftmax.apply(x) if x.shape[0] >= 512 else torch.softmax(x, -1)
+
+
+def stash_large(x):  # writes into its input, but only on large batches
+    if x.shape[0] >= 512:
+        x.data.mul_(1.0)
+        x.data[0, 0] += 1.0
+    return torch.tanh(x)
+
+
+@pytest.mark.autograd_op(op=softmax, reference=softmax_reference, checks=["extreme"])
+def test_softmax():
+    return [(torch.randn(512, 1024),)]
+
+
+@pytest.mark.autograd_op(op=stash_large, reference=torch.tanh, checks=["mutation"])
+def test_stash():
+    return [(torch.randn(512, 1024),)]
+"""
+
+
+def test_under_pytest_bugs_only_on_large_batches_still_fail_every_item(pytester, run_pytest):
+    pytester.makepyfile(test_ops=LARGE_BATCH_ONLY_BUGS)
+    result = run_pytest("--autograd-checks=extreme,mutation")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines_random([
+        "*output is NaN in float32 for inputs scaled to max |x| = 177.446*",
+        "*forward modified its argument `x` in place without declaring it*",
+    ])
+
+
+def test_a_mutation_on_every_batch_is_caught_on_the_first_rows_and_the_report_names_them():
+    def stash(x):
+        x.data[0, 0] += 1.0
+        return torch.tanh(x)
+
+    outcome = _one(stash, [(_large(ROWS, WIDTH),)], "mutation")
+    assert outcome.status == "failed"
+    assert f"forward modified its argument `x` in place without declaring it: 1 of {CUT * WIDTH} elements" \
+        in outcome.detail
+    assert f"judged on the first {CUT} of the {ROWS} rows (dim 0) of `x`, each row whole" in outcome.detail

@@ -70,7 +70,6 @@ class Judge:
         self.cotangent_size = None
         self.truth_skipped = False  # the last magnitude ran the op only (its time says nothing of the truth's)
         self.scaled_slots = slots
-        self.rows = None  # a FewerRows when ``sample`` is the first rows of the user's (``_fewer_rows``)
 
     def _raises_unscaled(self):
         try:
@@ -101,7 +100,7 @@ class Judge:
                 self.context.fail_raised(raised, situation=f"on the sample as given, in {dtype_label(self.dtype)}, "
                                          "at every magnitude")
             self.context.fail_raised(raised, situation=f"for inputs scaled to max |x| = {fmt(magnitude)}, where "
-                                     f"{self.truth_label} runs", details=self._details())
+                                     f"{self.truth_label} runs", details=[self._scaled_line()])
         self.cotangents = self.cotangents or drawn  # drawn at the first magnitude, the same for all
         self.truth_skipped = not values and _all_finite(got)
         if self.truth_skipped:
@@ -135,10 +134,6 @@ class Judge:
         except ReferenceRaised as raised:
             self.context.fail_reference_raised(raised)
         self.unscaled_runs = True  # an op that raises there propagates: the op's failure
-
-    def _details(self):
-        rows = [] if self.rows is None else [f"judged on {self.rows.describe()} (magnitudes act on every row alike)"]
-        return [self._scaled_line()] + rows
 
     def _scaled_line(self):
         if self.scaled_slots != self.slots:
@@ -183,7 +178,7 @@ class Judge:
                 worst=f"{pair.label}{fmt_index(index)}: {self.truth_label} gives {fmt(float(e[index]))}, "
                       f"the op {fmt(value)}",
                 error=f"{int(bad.sum())} of {bad.numel()} elements are inf/NaN where {self.truth_label} is finite",
-                details=self._details(), hint=_finite_hint(self.where, "argument" in pair.fields, self.dtype),
+                details=[self._scaled_line()], hint=_finite_hint(self.where, "argument" in pair.fields, self.dtype),
                 **pair.fields)
 
     def _reference_in_dtype(self, scaled):
@@ -220,7 +215,7 @@ class Judge:
                    f"{name}) > budget {fmt(budget)}: the {name} tolerance sqrt(eps) = "
                    f"{fmt(tol)}, {fmt(REFERENCE_K)} x the reference's own {name} error, or {fmt(CONDITION_K)} x "
                    f"how far the truth moves when the inputs move by one {name} rounding, whichever is largest"),
-            details=self._details() + [f"also {p.what}: error {fmt(e.value)} > {fmt(b)}" for p, e, b in over[1:]],
+            details=[self._scaled_line()] + [f"also {p.what}: error {fmt(e.value)} > {fmt(b)}" for p, e, b in over[1:]],
             hint=_value_hint("argument" in pair.fields, self._right_unscaled(pair.label), error), **pair.fields)
 
     def _right_unscaled(self, label):

@@ -1,29 +1,47 @@
 """A large sample cut to its first rows, for the checks whose subject is not the sample's size.
 
-extreme judges what input magnitudes do, growth what each call leaves
-alive, noncontiguous what memory layouts do: every row of a batch shows it
+Most checks judge a behaviour, not a value: what input magnitudes do
+(extreme), what memory layouts do (noncontiguous), what a call writes,
+keeps alive, aliases, draws or leaves behind (mutation, growth, leak,
+aliasing, rng, reentrancy), how it treats inputs that do not require grad
+or gradients that are undefined (requires_grad, undefined_grad), what its
+raw gradients' metadata is (grad_metadata). Every row of a batch shows it
 alike, and on a sample of millions of elements each row costs them as much
 as it costs gradcheck. On a sample whose largest tensor holds over
 ``ROWS_ELEMENTS`` elements they judge its first rows instead: dim 0 of that
 tensor (the batch, the heads, the tokens) is cut until it holds at most
 ``ROWS_ELEMENTS``, never below ``MIN_ROWS``, and the row itself (the dims a
 reduction runs over, where blocks and tails live) is kept whole.
-gradcheck, gradgradcheck, reference and precision judge the whole sample,
-sizes every other size.
+gradcheck, gradgradcheck, reference, precision and parity judge the whole
+sample, sizes every other size, and determinism the whole sample too (a
+kernel may reduce with atomics only once there are enough rows, which no
+trace of torch operations shows).
 
-The other tensors follow where their dim 0 has the same size, so the
-shapes still fit together: first every tensor of two or more dims (the
-activations, a weight whose rows are tied to the batch's), then the 1-D
-ones too (a target per row), then the largest tensor alone. An integer
-tensor whose values could index the cut dim is taken modulo its new size
-(``_size_variants.variant``).
+The largest tensor is cut alone first; where the op refuses that, or the
+cut does not qualify (below), the other tensors whose dim 0 has the same
+size follow it: those of two or more dims (the other activations of
+attention), then the 1-D ones too (a target per row). Nothing else changes:
+an int argument or an index tensor keeps its values.
 
-A cut is used only where the op takes the same path on it: its forward and
-backward must call the same torch operations, in the same order, as on the
-whole sample. A wrapper that hands large inputs to its own kernel and
-small ones to a torch fallback (or loops over chunks) calls other
-operations on the cut, and is judged on the whole sample, as is an op that
-refuses every cut.
+A cut is used only where the op treats rows alike and takes the same path
+on fewer of them, as far as torch can see:
+
+* the op's forward on the cut gives the first rows of what it gives on the
+  whole sample (an output with the rows as its dim 0), and every other
+  output unchanged: an op that reduces over dim 0 (a batch norm, a loss, a
+  column sum) gives something else on fewer rows, and is judged whole;
+* its forward and backward call the same torch operations, in the same
+  order, with the same arguments but the sizes: a wrapper that hands large
+  inputs to its own kernel and small ones to a torch fallback, or loops
+  over chunks, is judged whole;
+* the reference runs on the cut and agrees with the op there.
+
+Both runs start from one seed, so an op drawing random numbers row by row
+draws the first rows' on the cut. What no trace of torch operations shows
+is not seen: a kernel (Triton, CUDA, a ``torch.library`` op) that picks
+another code path by the number of rows inside it. Such a kernel's
+other path is judged by gradcheck, reference and precision on the whole
+sample, not by these checks.
 """
 
 import sys
@@ -32,8 +50,10 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_autograd.checks._size_variants import Axis, Place, variant
+from pytest_autograd.checks._agreement import agree
+from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.engine.execution import OpRaised, grads_of, prepare, run_op
+from pytest_autograd.engine.outcomes import UsageProblem
 
 ROWS_ELEMENTS = 1 << 16  # a sample whose largest tensor holds more is judged on its first rows ...
 MIN_ROWS = 2  # ... at least this many
@@ -51,6 +71,11 @@ class FewerRows:
     def describe(self):
         return f"the first {self.rows} of the {self.of} rows (dim 0) of `{self.name}`"
 
+    def detail(self):
+        """The line a failure found on these rows carries."""
+        return (f"judged on {self.describe()}, each row whole: what this check judges shows on every row alike "
+                "(gradcheck, reference and precision judge every row)")
+
 
 def fewer_rows(context, index, sample):
     """The FewerRows the checks of this run judge sample ``index`` on (made once per sample and device), or None
@@ -62,13 +87,13 @@ def fewer_rows(context, index, sample):
     return kept[key]
 
 
-def judged_sample(context, index, sample, check):
-    """The sample ``check`` judges at ``index``: its first rows on a large sample (noted), else the sample."""
+def judged_sample(context, index, sample):
+    """What the check of ``context`` judges at sample ``index``: its first rows on a large sample (recorded, so
+    that a failure names them), else the sample itself."""
     found = fewer_rows(context, index, sample)
     if found is None:
         return sample
-    context.note(f"{check}: judged on {found.describe()}: what it judges every row shows alike; the whole sample is "
-                 "judged by gradcheck, reference and precision")
+    context.rows_judged[index] = found
     return found.sample
 
 
@@ -84,51 +109,111 @@ def _cut(context, sample):
     rows = max(MIN_ROWS, ROWS_ELEMENTS // (largest.numel() // size))
     if 2 * rows > size:
         return None
-    whole = _path(context, sample)
-    if whole is None:
-        return None
-    same = [(s, v) for s, v in tensors if v.shape[0] == size]
+    whole = _traced(context, sample, size, rows)
+    if whole is None or not any(out.dim() and out.shape[0] == size for out in whole.outputs):
+        return None  # no output has the rows: the op reduces over them
+    same = [s for s, v in tensors if v.shape[0] == size]
     tried = []
-    for followers in ([(s, v) for s, v in same if v.dim() >= 2], same, [(slot, largest)]):
-        places = tuple(s for s, _ in followers)
-        if places in tried:
+    for followers in ([slot], [s for s in same if _value(sample, s).dim() >= 2], same):
+        if followers in tried:
             continue
-        tried.append(places)
-        axis = Axis(size, [Place(s, context.case.arg_name(s), 0) for s in places])
-        cut = variant(context.case, sample, axis, rows, None)
-        path = _path(context, cut)
-        if path is None:
-            continue  # refused: the next cut, or the whole sample
-        return FewerRows(cut, context.case.arg_name(slot), rows, size) if path == whole else None
+        tried.append(followers)
+        cut = sample.map(lambda s, v: v.narrow(0, 0, rows).clone() if s in followers else v)  # noqa: B023
+        found = _traced(context, cut, size, rows)
+        if found is not None and found.calls == whole.calls and \
+                _first_rows(context, whole.outputs, found.outputs, size, rows) and \
+                _reference_agrees(context, cut, found.outputs):
+            return FewerRows(cut, context.case.arg_name(slot), rows, size)
     return None
 
 
-def _path(context, sample):
-    """The torch operations the op's forward and backward call on ``sample``, in order; None when it raises."""
+def _value(sample, slot):
+    return sample.args[slot] if isinstance(slot, int) else sample.kwargs[slot]
+
+
+@dataclass
+class _Traced:
+    calls: tuple  # (operation, its arguments with tensors and the sizes left out), in order
+    outputs: list  # the forward's outputs, detached
+
+
+def _traced(context, sample, size, rows):
+    """The op's forward and backward on ``sample`` in its own dtypes, from the run's seed, with every torch
+    operation called recorded; None when it raises or returns no tensor."""
     prepared = prepare(context.case, sample, context.device)
-    called = _Called()
+    called = _Called({size, rows})
+    seed_generators(context.device, context.seed)
     try:
         with torch.enable_grad(), called:
             outputs = run_op(context.case, prepared)
             differentiable = [out for out in outputs if out.requires_grad]
             if differentiable and prepared.leaves:
                 grads_of(differentiable, prepared.leaves, [torch.ones_like(out) for out in differentiable])
-    except OpRaised:
+    except (OpRaised, UsageProblem):
         return None
-    return tuple(called.names)
+    return _Traced(tuple(called.calls), [out.detach() for out in outputs])
+
+
+def _first_rows(context, whole, cut, size, rows):
+    """Whether the outputs on the cut are those on the whole sample, an output with the rows cut to its first
+    rows."""
+    if len(whole) != len(cut):
+        return False
+    for expected, got in zip(whole, cut):
+        if expected.dim() and expected.shape[0] == size:
+            expected = expected.narrow(0, 0, rows)
+        if not _alike(context, expected, got):
+            return False
+    return True
+
+
+def _reference_agrees(context, cut, outputs):
+    """Whether ``reference=`` (if any) runs on the cut and gives the op's outputs there."""
+    reference = context.case.reference
+    if reference is None:
+        return True
+    seed_generators(context.device, context.seed)
+    try:
+        with torch.no_grad():
+            expected = run_op(context.case, prepare(context.case, cut, context.device), fn=reference)
+    except (OpRaised, UsageProblem):
+        return False
+    return len(expected) == len(outputs) and all(_alike(context, e, g) for e, g in zip(expected, outputs))
+
+
+def _alike(context, expected, got):
+    if expected.shape != got.shape or expected.dtype != got.dtype:
+        return False
+    if not expected.is_floating_point():
+        return bool(torch.equal(expected, got))
+    return agree(expected, got, *context.tolerance(expected.dtype))
 
 
 class _Called(TorchDispatchMode):
-    """The name of every operation dispatched while the mode is active."""
+    """Every torch operation dispatched while the mode is active, with its arguments: tensors, and ints equal
+    to the sliced dim's size on either side, left out."""
 
     @classmethod
     def _should_skip_dynamo(cls):
         return "torch._dynamo" in sys.modules  # as growth's CreatedTensors: no dynamo import where none compiles
 
-    def __init__(self):
+    def __init__(self, sizes):
         super().__init__()
-        self.names = []
+        self.sizes, self.calls = sizes, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        self.calls.append((str(func), self._plain(args), self._plain(sorted(kwargs.items()))))
+        return func(*args, **kwargs)
+
+    def _plain(self, value):
+        if isinstance(value, (list, tuple)):
+            return tuple(self._plain(item) for item in value)
+        if isinstance(value, torch.Tensor):
+            return "tensor"
+        if isinstance(value, int) and not isinstance(value, bool) and value in self.sizes:
+            return "rows"
+        if isinstance(value, (bool, int, float, str, type(None), torch.dtype, torch.device, torch.layout,
+                              torch.memory_format)):
+            return value
+        return type(value).__name__

@@ -48,7 +48,7 @@ def plain_run(context, index, prepared):
     """The PlainRun of sample number ``index``, ``prepared`` in its own dtypes on the context's device: the one an
     earlier check of this run made, else made now (and kept while the case is)."""
     kept = context.case.__dict__.setdefault("_plain_runs", {})
-    key = (index, str(context.device))
+    key = _key(context, index)
     if key not in kept:
         kept[key] = _run(context, index, prepared)
     return kept[key]
@@ -77,7 +77,15 @@ def _copies(tensors):
 def let_go(context, index):
     """Forget sample ``index``'s PlainRun on the context's device: its last user is done with it (a check after
     it makes it again, the same)."""
-    context.case.__dict__.get("_plain_runs", {}).pop((index, str(context.device)), None)
+    kept = context.case.__dict__.get("_plain_runs", {})
+    for rows in (False, True):
+        kept.pop((index, str(context.device), rows), None)
+
+
+def _key(context, index):
+    """Sample ``index`` on the context's device, whole or its first rows (what the check judges there:
+    ``_fewer_rows``)."""
+    return index, str(context.device), index in context.rows_judged
 
 
 __all__ = ["PlainRun", "let_go", "plain_run"]

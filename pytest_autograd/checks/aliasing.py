@@ -22,6 +22,7 @@ such refusal (``REFUSALS``) is the right answer, like the version error.
 """
 
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._hygiene import call_with, shares_storage, tensor_arguments
 from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks._reruns import compare_runs, seed_generators
@@ -54,7 +55,7 @@ class Aliasing(Check):
 
     def run(self, context):
         for index, sample in context.samples():
-            prepared = context.prepare(sample)
+            prepared = context.prepare(judged_sample(context, index, sample))
             if not prepared.leaves:
                 continue
             baseline = _Baseline(context, index, prepared)

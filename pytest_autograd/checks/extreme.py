@@ -33,7 +33,7 @@ import time
 import torch
 
 from pytest_autograd.checks._edges import Judge, Outside, differentiated_slots
-from pytest_autograd.checks._fewer_rows import fewer_rows
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._transforms import (
     DtypeRefusals,
@@ -126,10 +126,8 @@ def _check_dtype(context, dtype, notes):
         if not slots:
             continue
         foreign = dtype not in samples_dtypes(context.case)  # a dtype the op may refuse by design
-        rows = fewer_rows(context, index, sample)
-        sample = sample if rows is None else rows.sample
+        sample = judged_sample(context, index, sample)
         judge = Judge(context, cast_sample(sample, dtype, slots=slots), dtype, slots, foreign)
-        judge.rows = rows
         peaks = None if foreign else _peaks(sample, slots)
         limit = cap
         for where, magnitude in magnitudes(dtype):

@@ -23,6 +23,7 @@ import warnings
 
 import torch
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hygiene import HygieneWarning, call_with
 from pytest_autograd.checks._raw_backward import has_python_backward, recording
@@ -65,6 +66,7 @@ class GradMetadata(Check):
         warned = set()
         allowed = _allowed_casts(context.case)
         for index, sample in context.samples():
+            sample = judged_sample(context, index, sample)
             for dtype in _run_dtypes(context, sample):
                 prepared = context.prepare(sample, dtype=dtype)
                 if not prepared.leaves:

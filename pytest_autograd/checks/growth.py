@@ -36,10 +36,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from pytest_autograd.checks._hygiene import cuda_allocated, describe, fmt_bytes
-from pytest_autograd.checks._fewer_rows import fewer_rows
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks.base import Check
-from pytest_autograd.engine.execution import grads_of, random_cotangents
+from pytest_autograd.engine.execution import grads_of
 from pytest_autograd.engine.outcomes import UsageProblem
 
 DEFAULT_CALLS = 8
@@ -89,13 +89,10 @@ class Growth(Check):
         calls = _calls(context.case)
         prepared, cotangents, cut = [], [], []
         for index, sample in context.samples():  # a call before the watched ones gives the cotangents
-            rows = fewer_rows(context, index, sample)
-            prepared.append(context.prepare(sample if rows is None else rows.sample))
-            if rows is None:
-                cotangents.append(plain_run(context, index, prepared[-1]).cotangents)
-            else:
-                cotangents.append(_untracked_call(context, prepared[-1]))
-                cut.append(f"sample {index}: judged on {rows.describe()} (a cache grows per call, not per row)")
+            prepared.append(context.prepare(judged_sample(context, index, sample)))
+            cotangents.append(plain_run(context, index, prepared[-1]).cotangents)
+            if index in context.rows_judged:
+                cut.append(f"sample {index}: {context.rows_judged[index].detail()}")
         tracker = CreatedTensors()
         counts, device_bytes, host_bytes = [], [], []
         half = calls // 2
@@ -155,15 +152,6 @@ def _calls(case):
         raise UsageProblem(f"growth_calls= must be an integer of at least 4 (how many identical calls to watch; "
                            f"growth in the second half fails), got {value!r}.")
     return value
-
-
-def _untracked_call(context, prepared):
-    """A call before the watched ones on a sample no other check ran: the cotangents the watched ones use."""
-    outputs = context.run_op(prepared)
-    cotangents = random_cotangents(outputs, context.generator, repeating=True)
-    if prepared.leaves and any(out.requires_grad for out in outputs):
-        grads_of(outputs, prepared.leaves, cotangents)
-    return cotangents
 
 
 def _call_once(context, prepared, cotangents):

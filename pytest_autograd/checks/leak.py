@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._hygiene import (
     HygieneWarning,
     call_with,
@@ -74,7 +75,7 @@ class Leak(Check):
 
     def run(self, context):
         for index, sample in context.samples():
-            prepared = context.prepare(sample)
+            prepared = context.prepare(judged_sample(context, index, sample))
             probe = _probe(context, prepared)
             _report_cycle(context, probe)
             _report_held(context, probe)

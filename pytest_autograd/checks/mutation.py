@@ -15,6 +15,7 @@ import inspect
 
 import torch
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._hygiene import (
     call_with,
     changed_elements,
@@ -37,7 +38,7 @@ class Mutation(Check):
         case = context.case
         declared = declared_mutations(case) | declared_by_marker(case)
         for index, sample in context.samples():
-            prepared = context.prepare(sample)
+            prepared = context.prepare(judged_sample(context, index, sample))
             args, kwargs = prepared.call_args()
             call = _check_forward(context, declared, args, kwargs)
             _check_backward(context, prepared, call, declared)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from pytest_autograd.checks._agreement import agree
-from pytest_autograd.checks._fewer_rows import fewer_rows
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._hygiene import call_with, tensor_arguments, written_while
 from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.checks.base import Check
@@ -213,13 +213,12 @@ class NonContiguous(Check):
     def run(self, context):
         ran = False
         for index, sample in context.samples():
-            rows = fewer_rows(context, index, sample)
-            sample = sample if rows is None else rows.sample
+            sample = judged_sample(context, index, sample)
             prepared = context.prepare(sample)
             baseline = _Baseline(context, prepared)
             for layout in LAYOUTS:
                 plan = _plan(context, prepared, layout, baseline.written)
-                if _check_plan(context, plan, layout, sample, baseline, rows):
+                if _check_plan(context, plan, layout, sample, baseline):
                     ran = True
         if not ran:
             skip("no argument or output of any sample can be laid out non-contiguously")
@@ -406,12 +405,11 @@ class _Baseline:
         return all(_compare(context, a, b) is None for a, b in zip(want, got))
 
 
-def _check_plan(context, plan, layout, sample, baseline, rows=None):
+def _check_plan(context, plan, layout, sample, baseline):
     """Compare the contiguous run with the laid-out one; blame one argument on a mismatch.
 
     The value-keeping layouts compare with ``baseline``, computed once per
     sample; a layout of grad_output alone first compares on its kept graph.
-    ``rows``: the FewerRows ``sample`` is, if it is one (a report names them).
     """
     if layout.keeps_values:
         expected, cotangents = baseline.expected, baseline.cotangents
@@ -444,7 +442,7 @@ def _check_plan(context, plan, layout, sample, baseline, rows=None):
                 if _difference(context, plan, expected, {slot}, cotangents) is not None]
     if cotangent_laid and _difference(context, plan, expected, set(), cotangents, True) is not None:
         culprits.append("grad_output")
-    _report(context, layout, problem, culprits or _everything(plan, cotangent_laid), not culprits, rows)
+    _report(context, layout, problem, culprits or _everything(plan, cotangent_laid), not culprits)
 
 
 def _only_rounding(context, layout, sample, problem):
@@ -498,11 +496,9 @@ def _everything(plan, cotangent_laid):
     return [f"`{name}`" for name, _, _ in plan.laid.values()] + (["grad_output"] if cotangent_laid else [])
 
 
-def _report(context, layout, problem, who, together, rows=None):
+def _report(context, layout, problem, who, together):
     situation = f"when {' and '.join(who)} {'is' if len(who) == 1 else 'are'} {layout.name}"
     details = [f"layout: {layout.description}"]
-    if rows is not None:
-        details.append(f"judged on {rows.describe()} (a layout acts on every row alike)")
     if together:
         details.append("no single argument reproduces it alone: it needs several laid out together")
     if isinstance(problem, OpRaised):

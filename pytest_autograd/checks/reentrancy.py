@@ -12,6 +12,7 @@ other checks that compare the op with itself: ``_plain_run``).
 """
 
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks._reruns import compare_runs, draw_seed, seed_generators
 from pytest_autograd.checks.base import Check
@@ -33,7 +34,7 @@ class Reentrancy(Check):
     description = "two interleaved calls (forward a, forward b, backward a, backward b) match the same calls run alone"
 
     def run(self, context):
-        prepared = [context.prepare(sample) for _, sample in context.samples()]
+        prepared = [context.prepare(judged_sample(context, index, sample)) for index, sample in context.samples()]
         if not any(p.leaves for p in prepared):
 
             skip("the op has no differentiable floating-point input to vary between two calls")

@@ -18,6 +18,7 @@ from itertools import combinations
 
 import torch
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._hygiene import quoted
 from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks._reruns import seed_generators
@@ -63,6 +64,7 @@ class RequiresGrad(Check):
     def run(self, context):
         checked = False
         for index, sample in context.samples():
+            sample = judged_sample(context, index, sample)
             full = context.prepare(sample)
             if not full.leaves:
                 continue

@@ -16,6 +16,7 @@ be drawn again) fails too.
 
 import torch
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._plain_run import let_go, plain_run
 from pytest_autograd.checks._reruns import generator_states, generators, seed_generators
 from pytest_autograd.checks.base import Check
@@ -32,7 +33,7 @@ class GlobalRng(Check):
 
     def run(self, context):
         for index, sample in context.samples():
-            prepared = context.prepare(sample)
+            prepared = context.prepare(judged_sample(context, index, sample))
             plain = plain_run(context, index, prepared)
             runs = [plain.states, _run_from(context, prepared, plain, 1), _run_from(context, prepared, plain, 0)]
             for generator in runs[0]["before"]:

@@ -17,6 +17,7 @@ handle that too.
 
 import torch
 
+from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.backward_only import autograd_grad
 from pytest_autograd.engine.device_faults import raise_if_fault
@@ -54,7 +55,7 @@ class UndefinedGrad(Check):
     def run(self, context):
         ran = False
         for index, sample in context.samples():
-            prepared = context.prepare(sample)
+            prepared = context.prepare(judged_sample(context, index, sample))
             if not prepared.leaves:
                 continue
             outputs = context.run_op(prepared)
