@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pytest_autograd.checks._fewer_rows import whole_of
 from pytest_autograd.engine.execution import OpRaised, grads_of, random_cotangents
 from pytest_autograd.results.compare import dtype_label
 
@@ -58,6 +59,7 @@ def float64_plan(context, sample):
     outputs below float64 for float64 inputs. An op that raises in every
     dtype is left to the float64 path, which reports its error.
     """
+    sample = whole_of(context.case, sample)  # the first rows of a sample are planned as the sample
     cache = context.case.__dict__.setdefault("_float64_plans", {})
     key = (id(sample), context.device)
     if key not in cache:
@@ -76,6 +78,7 @@ def float64_plan(context, sample):
 
 def plan_known(context, sample):
     """Whether ``float64_plan`` answers for ``sample`` without running the op (this case or its test asked)."""
+    sample = whole_of(context.case, sample)
     if (id(sample), context.device) in context.case.__dict__.get("_float64_plans", {}):
         return True
     shared = _shared_key(context, sample)
@@ -200,11 +203,13 @@ def runs_in(context, sample, dtype):
 
 def adopted(context, sample):
     """The plan this item knows for ``sample`` (``float64_plan``'s answer, or one ``adopt`` made it), or None."""
+    sample = whole_of(context.case, sample)
     return context.case.__dict__.get("_float64_plans", {}).get((id(sample), context.device))
 
 
 def adopt(context, sample, plan):
     """Make ``plan`` the answer of ``float64_plan`` for ``sample``, for this item and the rest of its test."""
+    sample = whole_of(context.case, sample)
     context.case.__dict__.setdefault("_float64_plans", {})[(id(sample), context.device)] = plan
     shared = _shared_key(context, sample)
     if shared is not None:

@@ -22,7 +22,7 @@ tighter tolerances. A large random sample reaches 6 by itself (the largest
 of a million normal draws is about 5), and that run would cost as much as
 the sample's own.
 
-On a sample of over 64k elements the magnitudes are judged on its first
+On a sample of over 16k elements the magnitudes are judged on its first
 rows, each row whole (``_fewer_rows``): a magnitude acts on every row alike,
 and each row would cost as much here as in gradcheck.
 """

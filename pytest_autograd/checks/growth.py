@@ -20,7 +20,7 @@ with tensors and bytes per call. On CUDA the bytes allocated on the device
 one untracked call, so buffers that autograd's CUDA thread still holds from
 the last call are not taken for growth.
 
-On a sample of over 64k elements the calls are made on its first rows, each
+On a sample of over 16k elements the calls are made on its first rows, each
 row whole (``_fewer_rows``): a cache grows per call, not per row, and eight
 calls of a large sample would cost eight of gradcheck's forwards and
 backwards.

@@ -28,7 +28,7 @@ same for inputs:
 * ``channels-last`` (4-D and 5-D).
 
 The layouts that keep the values share one contiguous run per sample.
-On a sample of over 64k elements the layouts are judged on its first rows,
+On a sample of over 16k elements the layouts are judged on its first rows,
 each row whole, where the op takes the same path there (``_fewer_rows``).
 """
 
