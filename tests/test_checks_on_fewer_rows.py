@@ -1,5 +1,7 @@
-"""extreme and growth judge a large sample on its first rows, each row whole, and still catch what they catch."""
+"""The behaviour checks judge a large sample on its first rows, each row whole, where the op treats rows alike,
+and still catch what they catch."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -292,3 +294,61 @@ def test_the_first_rows_are_judged_in_the_dtype_planned_for_the_whole_sample():
     x = torch.rand(ROWS, WIDTH, generator=torch.Generator().manual_seed(0)) + 0.1
     outcome = _one(Float32Sqrt.apply, [(x,)], "grad_metadata")
     assert outcome.status == "passed", outcome.detail
+
+
+def test_a_branch_on_the_batch_size_through_a_constant_made_inside_the_op_is_judged_whole():
+    def prescaled(x):  # large batches pre-scale by a constant that overflows at 2e9
+        scale = torch.tensor(1e30 if x.shape[0] >= ROWS else 1.0)
+        return (x * scale) / scale
+
+    outcome = _one(prescaled, [(_large(ROWS, WIDTH),)], "extreme", reference=lambda x: x * 1.0)
+    assert outcome.status == "failed"
+    assert "judged on the first" not in outcome.detail
+
+
+def test_an_index_into_the_rows_cut_away_refuses_the_cut_before_the_op_reads_out_of_range():
+    from pytest_autograd.checks._fewer_rows import _Called
+
+    rows, index = _large(16, 4), torch.tensor([3, 20])
+    with pytest.raises(IndexError, match="aten.index_select.default: index 20 out of range for a dim of 16"):
+        with _Called(set()):
+            torch.index_select(rows, 0, index)
+    with pytest.raises(IndexError, match="aten.index.Tensor: index 20 out of range for a dim of 16"):
+        with _Called(set()):
+            rows[index]
+
+
+def test_message_passing_over_rows_gathered_by_index_is_judged_whole():
+    def message_passing(x, edges):
+        return torch.zeros_like(x).index_add(0, edges[1], x[edges[0]])
+
+    op = ShapesSeen(message_passing)
+    edges = torch.randint(0, ROWS, (2, 4000), generator=torch.Generator().manual_seed(1))
+    outcome = _one(op, [(_large(ROWS, 64), edges)], "mutation")
+    assert outcome.status == "passed", outcome.detail
+    assert op.calls[-1] == ((ROWS, 64), (2, 4000))
+
+
+def test_an_op_raising_on_the_first_rows_is_reported_with_the_rows():
+    calls = [0]
+
+    def runs_out(x):
+        calls[0] += 1
+        if calls[0] > 6:
+            raise RuntimeError(f"workspace exhausted for a batch of {x.shape[0]} rows")
+        return x.tanh()
+
+    outcome = _one(runs_out, [(_large(ROWS, WIDTH),)], "growth")
+    assert outcome.status == "failed"
+    assert f"workspace exhausted for a batch of {CUT} rows" in outcome.detail
+    assert f"judged on the first {CUT} of the {ROWS} rows (dim 0) of `x`" in outcome.detail
+
+
+def test_a_one_dimensional_sample_is_cut_to_its_first_elements():
+    def stash(x):
+        x.data[0] += 1.0
+        return torch.tanh(x)
+
+    outcome = _one(stash, [(_large(4 * ROWS_ELEMENTS),)], "mutation")
+    assert outcome.status == "failed"
+    assert f"judged on the first {ROWS_ELEMENTS} of the {4 * ROWS_ELEMENTS} elements of `x`" in outcome.detail

@@ -37,10 +37,14 @@ on fewer of them, as far as torch can see:
 * the reference runs on the cut and agrees with the op there.
 
 Both runs start from one seed, so an op drawing random numbers row by row
-draws the first rows' on the cut. What no trace of torch operations shows
-is not seen: a kernel (Triton, CUDA, a ``torch.library`` op) that picks
-another code path by the number of rows inside it. Such a kernel's
-other path is judged by gradcheck, reference and precision on the whole
+draws the first rows' on the cut. A constant made inside the op
+(``torch.tensor``) is traced by value; an index tensor pointing past the
+rows the cut keeps refuses it before the op reads out of range (on a GPU, a
+device-side assert no later call survives). What no trace of torch
+operations shows is not seen: a kernel (Triton, CUDA, a ``torch.library``
+op, numpy) that picks another code path by the number of rows inside it,
+Python that does something else for large inputs without calling torch.
+Such a path is judged by gradcheck, reference and precision on the whole
 sample, not by these checks.
 """
 
@@ -67,8 +71,11 @@ class FewerRows:
     name: str
     rows: int
     of: int
+    flat: bool = False  # the tensor cut has one dim: its rows are elements
 
     def describe(self):
+        if self.flat:
+            return f"the first {self.rows} of the {self.of} elements of `{self.name}`"
         return f"the first {self.rows} of the {self.of} rows (dim 0) of `{self.name}`"
 
     def detail(self):
@@ -131,7 +138,7 @@ def _cut(context, sample):
         if found is not None and found.calls == whole.calls and \
                 _first_rows(context, whole.outputs, found.outputs, size, rows) and \
                 _reference_agrees(context, cut, found.outputs):
-            return FewerRows(cut, context.case.arg_name(slot), rows, size)
+            return FewerRows(cut, context.case.arg_name(slot), rows, size, largest.dim() == 1)
     return None
 
 
@@ -211,7 +218,12 @@ class _Called(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self.calls.append((str(func), self._plain(args), self._plain(sorted(kwargs.items()))))
+        name = str(func)
+        if name.startswith(_LIFTED):  # torch.tensor(...) inside the op: a constant, whose value is the call's
+            self.calls.append((name, self._plain(_values(args[0]))))
+        else:
+            self.calls.append((name, self._plain(args), self._plain(sorted(kwargs.items()))))
+            _check_bounds(name, args, kwargs)
         return func(*args, **kwargs)
 
     def _plain(self, value):
@@ -225,3 +237,53 @@ class _Called(TorchDispatchMode):
                               torch.memory_format)):
             return value
         return type(value).__name__
+
+
+_LIFTED = ("aten.lift_fresh", "aten.lift")
+CONSTANT_VALUES = 64  # a constant made inside the op with this many elements or fewer is traced by value
+
+
+def _values(tensor):
+    if tensor.numel() <= CONSTANT_VALUES:
+        return tuple(tensor.detach().cpu().reshape(-1).tolist())
+    return (tuple(tensor.shape), float(tensor.detach().double().sum()))
+
+
+# Operations that index a dim of a tensor with an index tensor: (position of the indexed tensor, of the dim or
+# the dim itself as ("dim", d), of the index). The first rows of a large tensor indexed by the sample's own
+# indices go out of range, which on a GPU is a device-side assert no later call survives: checked here first.
+_INDEXING = {
+    "aten.index_select": (0, 1, 2), "aten.index_add": (0, 1, 2), "aten.index_copy": (0, 1, 2),
+    "aten.index_fill": (0, 1, 2), "aten.index_reduce": (0, 1, 2), "aten.gather": (0, 1, 2),
+    "aten.scatter": (0, 1, 2), "aten.scatter_add": (0, 1, 2), "aten.scatter_reduce": (0, 1, 2),
+    "aten.embedding": (0, ("dim", 0), 1), "aten._embedding_bag": (0, ("dim", 0), 1),
+    "aten.take": (0, None, 1),
+}
+
+
+def _check_bounds(name, args, kwargs):
+    """Raise IndexError when an indexing operation's index tensor holds a value outside the dim it indexes."""
+    base = ".".join(name.split(".")[:2]).rstrip("_")  # aten.index_add_.default: aten.index_add
+    if base in ("aten.index", "aten.index_put", "aten._index_put_impl"):
+        tensor, indices = args[0], args[1]
+        for dim, index in enumerate(indices):
+            if index is not None and index.dtype != torch.bool:
+                _in_range(index, tensor.shape[dim], name)
+        return
+    layout = _INDEXING.get(base)
+    if layout is None or len(args) <= layout[2]:
+        return
+    tensor, where, index = args[layout[0]], layout[1], args[layout[2]]
+    if not isinstance(index, torch.Tensor) or index.dtype == torch.bool or not index.numel():
+        return
+    if where is None:
+        _in_range(index, tensor.numel(), name)
+    else:
+        dim = where[1] if isinstance(where, tuple) else args[where]
+        _in_range(index, tensor.shape[dim] if tensor.dim() else 1, name)
+
+
+def _in_range(index, size, name):
+    low, high = (int(v) for v in torch.aminmax(index.detach().reshape(-1)))
+    if low < -size or high >= size:
+        raise IndexError(f"{name}: index {high if high >= size else low} out of range for a dim of {size}")

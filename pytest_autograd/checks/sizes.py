@@ -295,9 +295,13 @@ class _Run:
     def _affordable(self, task, sample, judge):
         """``task``, or for a several-blocks size whose judging would take over LARGE_SECONDS (one forward there,
         timed, times the evaluations the strategy needs), the largest such size that would not; None, noted, when
-        none is left above the other sizes."""
+        none is left above the other sizes. No forward is timed where the sample's first variant, scaled by
+        elements, took a sixteenth of LARGE_SECONDS or less."""
         if task.kind != LARGE:
             return task
+        first = self.first_seconds.get(task.index)
+        if first is not None and first[0] * growth(sample, task.axis, task.size) / first[1] <= LARGE_SECONDS / 16:
+            return task  # the first variant, scaled by elements, says it is cheap (with room for a quadratic cost)
         smallest = max([2 * task.axis.size + 1] + [size for size, kind in task.axis.sizes if kind != LARGE])
         size, why = task.size, None
         for _ in range(4):
