@@ -25,6 +25,14 @@ def _one(op, samples, check, **options):
     return outcome
 
 
+def _shapes_judged(fn, samples, check, **options):
+    """The shapes of the last call of ``fn`` (the check's own, on what it judged), after asserting it passed."""
+    op = ShapesSeen(fn)
+    outcome = _one(op, samples, check, **options)
+    assert outcome.status == "passed", outcome.detail
+    return op.calls[-1]
+
+
 class ShapesSeen:
     """Wraps a function and records the shapes of the tensors each call received."""
 
@@ -60,10 +68,8 @@ def test_an_op_that_takes_another_path_on_fewer_rows_is_judged_on_the_whole_samp
     def kernel_for_large_batches(x):  # a fused path for large batches, a torch fallback for small ones
         return torch.tanh(x) if x.shape[0] >= ROWS else torch.sinh(x) / torch.cosh(x)
 
-    op = ShapesSeen(kernel_for_large_batches)
-    outcome = _one(op, [(_large(ROWS, WIDTH),)], "extreme", reference=torch.tanh)
-    assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((ROWS, WIDTH),)
+    shapes = _shapes_judged(kernel_for_large_batches, [(_large(ROWS, WIDTH),)], "extreme", reference=torch.tanh)
+    assert shapes == ((ROWS, WIDTH),)
 
 
 def test_a_bug_only_in_the_path_for_large_batches_is_still_caught():
@@ -89,53 +95,43 @@ def test_an_op_that_refuses_fewer_rows_is_judged_on_the_whole_sample():
             raise ValueError(f"this kernel is compiled for {ROWS} rows")
         return torch.tanh(x)
 
-    op = ShapesSeen(fixed_batch)
-    outcome = _one(op, [(_large(ROWS, WIDTH),)], "extreme")
-    assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((ROWS, WIDTH),)
+    shapes = _shapes_judged(fixed_batch, [(_large(ROWS, WIDTH),)], "extreme")
+    assert shapes == ((ROWS, WIDTH),)
 
 
 def test_a_target_per_row_is_cut_with_the_rows_it_belongs_to():
     def loss(logits, target):
         return F.cross_entropy(logits, target, reduction="none")
 
-    op = ShapesSeen(loss)
     target = torch.randint(0, WIDTH, (ROWS,), generator=torch.Generator().manual_seed(1))
-    outcome = _one(op, [(_large(ROWS, WIDTH), target)], "extreme", reference=loss)
-    assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((CUT, WIDTH), (CUT,))
+    shapes = _shapes_judged(loss, [(_large(ROWS, WIDTH), target)], "extreme", reference=loss)
+    assert shapes == ((CUT, WIDTH), (CUT,))
 
 
 def test_a_square_layer_cuts_the_batch_and_keeps_the_weight_that_shares_its_size():
-    op = ShapesSeen(F.linear)  # x (512, 512) and weight (512, 512): cutting both would drop output features
-    x, weight, bias = _large(ROWS, ROWS), _large(ROWS, ROWS), _large(ROWS)
-    outcome = _one(op, [(x, weight, bias)], "extreme", reference=F.linear)
-    assert outcome.status == "passed", outcome.detail
+    x, weight, bias = _large(ROWS, ROWS), _large(ROWS, ROWS), _large(ROWS)  # cutting weight too drops out features
+    shapes = _shapes_judged(F.linear, [(x, weight, bias)], "extreme", reference=F.linear)
     rows = ROWS_ELEMENTS // ROWS
-    assert op.calls[-1] == ((rows, ROWS), (ROWS, ROWS), (ROWS,))
+    assert shapes == ((rows, ROWS), (ROWS, ROWS), (ROWS,))
 
 
 def test_attention_cuts_its_heads_in_every_argument():
     def attention(q, k, v):
         return torch.softmax(q @ k.transpose(-1, -2) / 8.0, -1) @ v
 
-    op = ShapesSeen(attention)
     q, k, v = (_large(16, 128, 64) for _ in range(3))
-    outcome = _one(op, [(q, k, v)], "extreme", reference=attention)
-    assert outcome.status == "passed", outcome.detail
+    shapes = _shapes_judged(attention, [(q, k, v)], "extreme", reference=attention)
     heads = max(2, ROWS_ELEMENTS // (128 * 64))
-    assert op.calls[-1] == ((heads, 128, 64),) * 3
+    assert shapes == ((heads, 128, 64),) * 3
 
 
 def test_a_lookup_whose_table_is_the_largest_tensor_is_judged_whole():
     def lookup(weight, index):
         return F.embedding(index, weight)
 
-    op = ShapesSeen(lookup)
     index = torch.arange(ROWS - 1, -1, -1)  # every row of the table, the last first: no cut keeps them all
-    outcome = _one(op, [(_large(ROWS, WIDTH), index)], "extreme", reference=lookup)
-    assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((ROWS, WIDTH), (ROWS,))
+    shapes = _shapes_judged(lookup, [(_large(ROWS, WIDTH), index)], "extreme", reference=lookup)
+    assert shapes == ((ROWS, WIDTH), (ROWS,))
 
 
 def test_an_index_into_another_dim_keeps_its_values():
@@ -163,20 +159,16 @@ def test_an_op_that_normalizes_over_the_rows_is_judged_whole():
     def batch_norm(x):  # keeps the rows, but every one depends on all of them
         return (x - x.mean(0)) / x.std(0)
 
-    op = ShapesSeen(batch_norm)
-    outcome = _one(op, [(_large(ROWS, WIDTH),)], "mutation")
-    assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((ROWS, WIDTH),)
+    shapes = _shapes_judged(batch_norm, [(_large(ROWS, WIDTH),)], "mutation")
+    assert shapes == ((ROWS, WIDTH),)
 
 
 def test_an_op_counting_rows_from_an_int_argument_is_judged_whole():
     def mean_rows(x, n_rows):
         return x.sum(0) / n_rows
 
-    op = ShapesSeen(mean_rows)
-    outcome = _one(op, [(_large(ROWS, WIDTH), ROWS)], "extreme", reference=lambda x, n: x.mean(0))
-    assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((ROWS, WIDTH),)
+    shapes = _shapes_judged(mean_rows, [(_large(ROWS, WIDTH), ROWS)], "extreme", reference=lambda x, n: x.mean(0))
+    assert shapes == ((ROWS, WIDTH),)
 
 
 def test_a_reference_written_for_the_sample_size_alone_keeps_the_sample_whole():
@@ -322,11 +314,9 @@ def test_message_passing_over_rows_gathered_by_index_is_judged_whole():
     def message_passing(x, edges):
         return torch.zeros_like(x).index_add(0, edges[1], x[edges[0]])
 
-    op = ShapesSeen(message_passing)
     edges = torch.randint(0, ROWS, (2, 4000), generator=torch.Generator().manual_seed(1))
-    outcome = _one(op, [(_large(ROWS, 64), edges)], "mutation")
-    assert outcome.status == "passed", outcome.detail
-    assert op.calls[-1] == ((ROWS, 64), (2, 4000))
+    shapes = _shapes_judged(message_passing, [(_large(ROWS, 64), edges)], "mutation")
+    assert shapes == ((ROWS, 64), (2, 4000))
 
 
 def test_an_op_raising_on_the_first_rows_is_reported_with_the_rows():

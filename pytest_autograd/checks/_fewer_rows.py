@@ -48,14 +48,13 @@ Such a path is judged by gradcheck, reference and precision on the whole
 sample, not by these checks.
 """
 
-import sys
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_autograd.checks._agreement import agree
 from pytest_autograd.checks._reruns import seed_generators
+from pytest_autograd.engine.dispatch_mode import DispatchMode
 from pytest_autograd.engine.execution import OpRaised, grads_of, prepare, run_op
 from pytest_autograd.engine.outcomes import UsageProblem
 
@@ -127,9 +126,9 @@ def _cut(context, sample):
     whole = _traced(context, sample, size, rows)
     if whole is None or not any(out.dim() and out.shape[0] == size for out in whole.outputs):
         return None  # no output has the rows: the op reduces over them
-    same = [s for s, v in tensors if v.shape[0] == size]
+    same = [(s, v) for s, v in tensors if v.shape[0] == size]
     tried = []
-    for followers in ([slot], [s for s in same if _value(sample, s).dim() >= 2], same):
+    for followers in ([slot], [s for s, v in same if v.dim() >= 2], [s for s, _ in same]):
         if followers in tried:
             continue
         tried.append(followers)
@@ -140,10 +139,6 @@ def _cut(context, sample):
                 _reference_agrees(context, cut, found.outputs):
             return FewerRows(cut, context.case.arg_name(slot), rows, size, largest.dim() == 1)
     return None
-
-
-def _value(sample, slot):
-    return sample.args[slot] if isinstance(slot, int) else sample.kwargs[slot]
 
 
 @dataclass
@@ -204,13 +199,9 @@ def _alike(context, expected, got):
     return agree(expected, got, *context.tolerance(expected.dtype))
 
 
-class _Called(TorchDispatchMode):
+class _Called(DispatchMode):
     """Every torch operation dispatched while the mode is active, with its arguments: tensors, and ints equal
     to the sliced dim's size on either side, left out."""
-
-    @classmethod
-    def _should_skip_dynamo(cls):
-        return "torch._dynamo" in sys.modules  # as growth's CreatedTensors: no dynamo import where none compiles
 
     def __init__(self, sizes):
         super().__init__()

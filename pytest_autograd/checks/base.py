@@ -62,7 +62,7 @@ class CheckContext:
         self.sample_index = None
         self.dtype = None
         self.notes = []  # what a user should know that is not a failure (shown on passing items)
-        self.rows_judged = {}  # sample index -> the FewerRows judged instead of the whole sample (``_fewer_rows``)
+        self.rows_judged = {}  # sample index -> the FewerRows judged instead (``_fewer_rows``; a failure names it)
 
     def restart(self):
         """Ready to run the check again from its start: its generator back at the start of its stream, no
@@ -108,9 +108,6 @@ class CheckContext:
     def failure(self, summary, **fields):
         fields.setdefault("device", self.device)
         fields.setdefault("sample", self.sample_index)
-        rows = self.rows_judged.get(fields["sample"])
-        if rows is not None:
-            fields["details"] = list(fields.get("details") or []) + [rows.detail()]
         if "dtype" not in fields and self.dtype is not None:
             fields["dtype"] = dtype_label(self.dtype)
         return CheckFailure(Report(check=self.check_name, summary=summary, seed=self.seed, **fields))

@@ -27,18 +27,17 @@ backwards.
 """
 
 import gc
-import sys
 import time
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from pytest_autograd.checks._hygiene import cuda_allocated, describe, fmt_bytes
 from pytest_autograd.checks._fewer_rows import judged_sample
+from pytest_autograd.checks._hygiene import cuda_allocated, describe, fmt_bytes
 from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks.base import Check
+from pytest_autograd.engine.dispatch_mode import DispatchMode
 from pytest_autograd.engine.execution import grads_of
 from pytest_autograd.engine.outcomes import UsageProblem
 
@@ -49,15 +48,8 @@ HINT = ("a cache that grows on every call: bound it (functools.lru_cache(maxsize
         "tensors on ctx instead of on the Function class or in a module global")
 
 
-class CreatedTensors(TorchDispatchMode):
+class CreatedTensors(DispatchMode):
     """Weak references to every tensor an aten op returns while the mode is active."""
-
-    @classmethod
-    def _should_skip_dynamo(cls):
-        """torch wraps a mode's ``__torch_dispatch__`` in ``torch._dynamo.disable``, whose first call imports
-        dynamo (about a second, nine hundred modules) in a process that never compiles. The wrapping only
-        matters where dynamo runs: asked when this class is made, it is done only once dynamo is imported."""
-        return "torch._dynamo" in sys.modules
 
     def __init__(self):
         super().__init__()

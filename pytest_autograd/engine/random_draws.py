@@ -20,10 +20,10 @@ checks' own draws, are left as they are.
 """
 
 import math
-import sys
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from pytest_autograd.engine.dispatch_mode import DispatchMode
 
 UNIFORM = {"rand", "rand_like", "uniform"}
 NORMAL = {"randn", "randn_like", "normal"}
@@ -32,13 +32,9 @@ INTEGERS = {"randint", "randint_like", "random"}
 RANDOM_OPS = UNIFORM | NORMAL | BERNOULLI | INTEGERS | {"randperm", "exponential"}
 
 
-class FixedDraws(TorchDispatchMode):
+class FixedDraws(DispatchMode):
     """Draws from torch's global generator replaced by numbers fixed by shape and logical position; ``drew``
     tells whether the code run under it drew any."""
-
-    @classmethod
-    def _should_skip_dynamo(cls):
-        return "torch._dynamo" in sys.modules  # see checks.growth.CreatedTensors
 
     def __init__(self):
         super().__init__()

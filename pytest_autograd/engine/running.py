@@ -92,8 +92,8 @@ def _run_once(check, context, reseed):
     """The check's failure, or None; one found on a sample's first rows (``checks/_fewer_rows``) names them,
     whatever raised it (a check's verdict, the op raising, the time budget, a device fault)."""
     failure = _failure_of(check, context, reseed)
-    rows = getattr(context, "rows_judged", {}).get(failure.report.sample) if failure is not None else None
-    if rows is not None and rows.detail() not in failure.report.details:  # raised, timed out, faulted on the cut
+    rows = context.rows_judged.get(failure.report.sample) if failure is not None else None
+    if rows is not None:
         failure.report.details.append(rows.detail())
     return failure
 
