@@ -43,6 +43,8 @@ __all__ = [
     "LinearNeedsInputGradMisuse",
     "ReLUNondeterministic",
     "LinearContiguousAssumption",
+    "LinearWeightGradLastColumnTwice",
+    "LinearGradInputFirstRowTwice",
     "PlantedBug",
     "PLANTED_BUGS",
 ]
@@ -233,6 +235,62 @@ class LinearContiguousAssumption(Function):
             n_in = input.shape[-1]
             flat_input = input.as_strided((input.numel() // n_in, n_in), (n_in, 1))
             grad_weight = _flatten_leading(grad_output).T @ flat_input
+        if bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = _flatten_leading(grad_output).sum(0)
+        return grad_input, grad_weight, grad_bias
+
+
+class LinearWeightGradLastColumnTwice(Function):
+    """Bug: the weight gradient's last column (the last input feature) is accumulated twice.
+
+    A kernel that sums ``grad_output.T @ input`` over blocks of input
+    features and handles the remainder apart adds the last feature's partial
+    sum in the loop and once more after it. Every other column, and the input
+    and bias gradients, are right; the wrong column's index moves with the
+    input's width.
+    """
+
+    @staticmethod
+    def forward(ctx, input, weight, bias=None):
+        ctx.save_for_backward(input, weight, bias)
+        return _linear_forward(input, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, weight, bias = ctx.saved_tensors
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_input = grad_output @ weight
+        if ctx.needs_input_grad[1]:
+            grad_weight = _flatten_leading(grad_output).T @ _flatten_leading(input)
+            grad_weight = torch.cat([grad_weight[:, :-1], 2 * grad_weight[:, -1:]], dim=1)
+        if bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = _flatten_leading(grad_output).sum(0)
+        return grad_input, grad_weight, grad_bias
+
+
+class LinearGradInputFirstRowTwice(Function):
+    """Bug: the input gradient's first row (the batch's first sample) is written twice as large.
+
+    A kernel whose prologue handles the first row and whose main loop starts
+    at row 0 instead of 1 adds that row's gradient twice. Every other row,
+    and the weight and bias gradients, are right.
+    """
+
+    @staticmethod
+    def forward(ctx, input, weight, bias=None):
+        ctx.save_for_backward(input, weight, bias)
+        return _linear_forward(input, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, weight, bias = ctx.saved_tensors
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            rows = _flatten_leading(grad_output) @ weight
+            grad_input = torch.cat([2 * rows[:1], rows[1:]]).reshape(input.shape)
+        if ctx.needs_input_grad[1]:
+            grad_weight = _flatten_leading(grad_output).T @ _flatten_leading(input)
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = _flatten_leading(grad_output).sum(0)
         return grad_input, grad_weight, grad_bias
@@ -470,6 +528,8 @@ PLANTED_BUGS = {
     "LinearFloat32Backward": PlantedBug(LinearFloat32Backward, LinearFunction, "linear"),
     "LinearNeedsInputGradMisuse": PlantedBug(LinearNeedsInputGradMisuse, LinearFunction, "linear"),
     "LinearContiguousAssumption": PlantedBug(LinearContiguousAssumption, LinearFunction, "linear"),
+    "LinearWeightGradLastColumnTwice": PlantedBug(LinearWeightGradLastColumnTwice, LinearFunction, "linear"),
+    "LinearGradInputFirstRowTwice": PlantedBug(LinearGradInputFirstRowTwice, LinearFunction, "linear"),
     "RNNCellMissingTanhDerivative": PlantedBug(RNNCellMissingTanhDerivative, RNNCell, "rnn_cell"),
     "ReLUPositiveGradOnly": PlantedBug(ReLUPositiveGradOnly, MyReLU, "relu"),
     "ReLUNondeterministic": PlantedBug(ReLUNondeterministic, MyReLU, "relu"),

@@ -73,3 +73,26 @@ def test_a_function_without_jvp_is_skipped_with_the_reason(pytester):
     result = run(pytester, "ElementwiseMul")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*op defines no jvp*"])
+
+
+def jvp_scaled(name, scale):
+    """MulWithJvp whose jvp multiplies the tangent by ``scale`` (a tensor of factors)."""
+
+    def jvp(ctx, a_t, b_t):
+        a, b = ctx.saved_tensors
+        return (a_t * b + a * b_t) * scale
+
+    return type(name, (MulWithJvp,), {"jvp": staticmethod(jvp)})
+
+
+def test_the_factor_hint_needs_the_factor_at_every_element_of_the_tangent():
+    a, b = torch.randn(8, 6), torch.randn(8, 6)
+    [doubled] = run_checks(jvp_scaled("Doubled", 2.0), a, b, checks="forward_ad", shrink=0)
+    assert "hint: the tangent is twice the numerical one at every element: a constant factor is off" in doubled.detail
+    # Twice in one column whose values are 100 times the others': a tolerance relative to the largest element
+    # let that column decide for the rest.
+    a[:, 2], b[:, 2] = a[:, 2] * 100, b[:, 2] * 100
+    column = torch.ones(8, 6, dtype=torch.float64)
+    column[:, 2] = 2.0
+    [one_column] = run_checks(jvp_scaled("ColumnDoubled", column), a, b, checks="forward_ad", shrink=0)
+    assert one_column.status == "failed" and "constant factor" not in one_column.detail, one_column.detail

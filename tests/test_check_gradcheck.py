@@ -132,8 +132,9 @@ def test_one_wrong_element_of_a_large_input_is_found_by_probing(pytester, run_py
         "  worst element: grad x[[]63, 31[]]: expected * (numerical), got * (analytical)",
         "  abs error * > tolerance * (3 random directions over all 2048 elements; element located in * more probes, "
         "tolerance atol + rtol * |numerical| + 8 x its measured finite-difference error)",
-        "  hint: only grad x[[]63, 31[]] is wrong; every other element of `x`'s gradient matches: an indexing or "
-        "boundary slip (the last element, a tile's edge, a loop bound), not the formula",
+        "  hint: only grad x[[]63, 31[]] is wrong: it fails alone, and a random direction over the other 2047 "
+        "elements of `x` matches: an indexing or boundary slip (the last element, a tile's edge, a loop bound), not "
+        "the formula",
     ], consecutive=True)
     assert "constant factor" not in result.stdout.str()  # twice the numerical value at that element only
 

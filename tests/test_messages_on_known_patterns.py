@@ -183,3 +183,44 @@ def test_cube():
     result.stdout.fnmatch_lines(["*hint: the backward's own gradient is wrong: check the ops backward uses on saved "
                                  "tensors"])
     assert "forward computed and saved" not in result.stdout.str()
+
+
+def test_a_gradient_wrong_in_one_column_or_row_says_so_and_its_twin_passes_every_default_check(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+from reference_ops.buggy import LinearGradInputFirstRowTwice, LinearWeightGradLastColumnTwice
+
+@pytest.mark.autograd_op(op=LinearWeightGradLastColumnTwice, checks=["gradcheck"])
+def test_column():
+    return linear_samples()
+
+@pytest.mark.autograd_op(op=LinearGradInputFirstRowTwice, checks=["gradcheck"])
+def test_row():
+    return linear_samples()
+
+@pytest.mark.autograd_op(op=LinearFunction, reference=torch.nn.functional.linear)
+def test_twin():
+    return linear_samples()
+""", "--autograd-shrink=0")
+    assert result.parseoutcomes()["failed"] == 2, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "gradient of output w.r.t. `weight` does not match the numerical derivative",
+        "*",
+        "*",
+        "  worst element: d output[[]*] / d weight[[]*, 3]: *",
+        "*",
+        "  hint: the analytical gradient is wrong only in column 3 of `weight`: twice the numerical one there, right "
+        "at every other element: an index, stride or bound that treats this slice apart (a special-cased first or "
+        "last row or column, a remainder block, a tile's edge), not the formula",
+    ], consecutive=True)
+    result.stdout.fnmatch_lines([
+        "gradient of output w.r.t. `input` does not match the numerical derivative",
+        "*",
+        "*",
+        "  worst element: d output[[]*] / d input[[]0, *]: *",
+        "*",
+        "  hint: the analytical gradient is wrong only in row 0 of `input`: twice the numerical one there, right at "
+        "every other element: *",
+    ], consecutive=True)
+    assert "every element of" not in result.stdout.str()
+    failed = [line for line in result.stdout.lines if line.startswith("FAILED ")]
+    assert all("test_twin" not in line for line in failed), failed

@@ -12,7 +12,7 @@ from pytest_autograd import Sample, run_checks
 from pytest_autograd.engine.case import build_case
 from pytest_autograd.engine.repro import write_repro
 from pytest_autograd.engine.shrink import same_failure, targets
-from pytest_autograd.results.report import Report
+from pytest_autograd.results.report import Hint, Report
 
 LINEAR = """
 import pytest, torch
@@ -150,6 +150,43 @@ def test_a_candidate_failing_another_way_is_not_the_same_failure():
     other_dtype = Report("gradcheck", smaller.summary, dtype="float32", output="output", argument="x", worst="w",
                          error="e")
     assert not same_failure(original, other_dtype)
+
+
+@pytest.mark.parametrize("planted, hint", [
+    ("LinearWeightGradLastColumnTwice", "the analytical gradient is wrong only in column 39 of `weight`: twice the "
+                                        "numerical one there *"),
+    ("LinearGradInputFirstRowTwice", "the analytical gradient is wrong only in row 0 of `input`: twice the numerical "
+                                     "one there *"),
+])
+def test_a_failure_confined_to_one_column_or_row_shrinks_like_any_other(pytester, run_pytest, planted, hint):
+    # Its hint names the column: a smaller sample has it at another index (the last column's), or as the only
+    # element left, or as the whole argument; it is still the same failure.
+    pytester.makepyfile(test_ops=LINEAR.replace("LinearWeightGradTransposed", planted))
+    result = run_pytest("--autograd-checks=gradcheck", ROOMY)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"  hint: {hint}"])
+    shapes = shrunk_shapes(result.stdout.str())
+    assert all(size == 1 for shape in shapes.values() for size in shape), shapes
+
+
+def test_a_hint_is_told_by_what_it_blames_not_by_where_it_shows():
+    summary = "gradient of output w.r.t. `x` does not match the numerical derivative"
+
+    def failing(hint):
+        return Report("gradcheck", summary, dtype="float64", output="output", argument="x", worst="w", error="e",
+                      hint=hint)
+
+    column = failing(Hint("the analytical gradient is wrong only in column 5 of `x`: twice the numerical one there",
+                          cause="twice", confined=True))
+    for smaller in ("only in column 2 of `x`: twice the numerical one there", "wrong only at grad x[0, 2] (twice ...)",
+                    "twice the numerical one at every element of `x`"):
+        assert same_failure(column, failing(Hint(smaller, cause="twice", confined="every" not in smaller)))
+    assert not same_failure(column, failing(Hint("three times the numerical one", cause="three times")))
+    assert not same_failure(column, failing("backward returns no gradient (None or zeros) for `x`"))
+    everywhere = failing(Hint("twice the numerical one at every element of `x`", cause="twice", confined=False))
+    assert same_failure(everywhere, failing(Hint("twice ... along 3 random directions", cause="twice")))
+    # A factor at every element, confined to a column of a smaller sample: another bug than the original's.
+    assert not same_failure(everywhere, failing(Hint("only in column 2 of `x`: twice", cause="twice", confined=True)))
 
 
 def test_sizes_to_try_start_small():

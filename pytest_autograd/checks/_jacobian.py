@@ -67,7 +67,7 @@ def exhaustive(evaluator, leaves, outputs, output_names, names, cotangents, anal
         found.pattern = jacobian_pattern(
             torch.cat([c[:, a:b] for c in central]), torch.cat([r[:, a:b] for r in rows]), atol, rtol,
             torch.cat([(skip | jump)[:, a:b] for skip, jump in zip(unjudged, jumps)]),
-            lambda column, j=j, shape=shape: f"grad {names[j]}{index_label(column, shape)}")
+            lambda column, j=j, shape=shape: f"grad {names[j]}{index_label(column, shape)}", shape)
     worst = with_others(per_argument.values())
     if worst is not None:
         return worst

@@ -1,15 +1,23 @@
-"""The shape of a wrong argument's gradient over all of its elements: the evidence a hint may name.
+"""The shape of a wrong argument's gradient over the elements it was measured on: the evidence a hint may name.
 
 One element says little: a worst element that happens to be negated, or
 twice its numerical value, is no sign error or constant factor when the
-other elements are wrong differently (or right). A hint names a pattern only
-when every element of the argument shows it: the whole block of the
-Jacobian (full-Jacobian strategy), or the element and a probe over the whole
-argument (probing strategy, see ``_probing``).
+other elements are wrong differently (or right). A pattern is computed over,
+and claims, only the elements compared (``Compared``): every element of the
+Jacobian block (the full-Jacobian strategy, less those at kinks), or the
+located element and random directions over the argument (probing, see
+``_probed_patterns``). Where the wrong elements all lie in one slice of the
+argument (a column, a row, one element: ``_slices``), the pattern says so,
+with the factor over that slice, and that every element outside it is right;
+a slice of more than one element is named only where it shows a factor or
+each of its elements with a derivative is wrong (two wrong elements that
+happen to share a row are no slice handled apart).
 """
 
 import math
 from dataclasses import dataclass
+
+from pytest_autograd.checks._slices import common_region
 
 FACTORS = {-1.0: "minus", 2.0: "twice", 0.5: "half", 3.0: "three times", 1 / 3: "a third of"}
 FACTOR_RTOL = 1e-3  # how close got / expected must be to a factor, relatively
@@ -18,13 +26,35 @@ SINGLE_MIN_ELEMENTS = 4  # "only one element is wrong" needs enough elements for
 
 
 @dataclass
+class Compared:
+    """The elements of an argument (``total``) a pattern was measured on: ``elements`` of them one by one (the full
+    Jacobian; the others sit at a kink, a jump or the domain's edge, judged apart), or, ``probed``, along
+    ``directions`` random directions over them, with the located ``element`` measured alone."""
+
+    total: int
+    elements: int = None
+    probed: bool = False
+    element: str = None  # the located element, measured alone (probing)
+    directions: int = 0  # random directions over the pattern's part of the argument (probing)
+
+    def every_element(self):
+        """Whether every element was compared one by one."""
+        return not self.probed and self.elements == self.total
+
+
+@dataclass
 class Pattern:
-    """``kind``: "factor" (got = factor x expected at every element), "single" (one element wrong, the rest right)
-    or "nonlinear" (backward(-v) is not -backward(v))."""
+    """``kind``: "factor" (got = factor x expected at every element compared), "confined" (every wrong element in
+    ``region``, every element outside it right; ``factor``: got = factor x expected over the region, or None: then
+    a region of several elements has each of its elements with a derivative wrong) or "nonlinear" (backward(-v) is
+    not -backward(v))."""
 
     kind: str
     factor: float = None
-    element: str = None  # the wrong element, for "single"
+    region: object = None  # a _slices.Region, for "confined"
+    element: str = None  # the wrong element's label ("grad x[0, 3]"), when the region is one element
+    compared: Compared = None
+    wrong: int = None  # how many elements of the region are wrong, where each was compared
 
 
 def factor_of(expected, got, atol):
@@ -57,24 +87,41 @@ def _scales(expected, got, factor, atol):
     return bool(((got - factor * expected).abs() <= atol + FACTOR_RTOL * abs(factor) * expected.abs()).all())
 
 
-def jacobian_pattern(numerical, analytical, atol, rtol, excluded, element_label):
+def jacobian_pattern(numerical, analytical, atol, rtol, excluded, element_label, shape):
     """The Pattern of one argument's Jacobian block (rows: every output element, columns: its elements), or None.
 
-    ``excluded`` marks kinks and jumps, judged elsewhere; ``element_label(column)``
-    names a column as a report does.
+    ``excluded`` marks kinks and jumps, judged elsewhere: an element with any
+    excluded entry is not counted as compared. ``element_label(column)``
+    names a column as a report does; ``shape`` is the argument's.
     """
     judged = ~excluded
     tolerance = atol + rtol * numerical.abs()
     wrong = (((numerical - analytical).abs() > tolerance) | analytical.isnan()) & judged
     if not bool(wrong.any()) or bool((analytical == 0).all()):
         return None  # nothing wrong, or no gradient at all (a hint of its own)
+    total = numerical.shape[1]
+    compared = Compared(total, elements=total - int(excluded.any(dim=0).sum()))
     factor = factor_of(numerical[judged], analytical[judged], atol)
     if factor is not None:
-        return Pattern("factor", factor=factor)
+        return Pattern("factor", factor=factor, compared=compared)
     columns = wrong.any(dim=0)
-    if int(columns.sum()) == 1 and columns.numel() >= SINGLE_MIN_ELEMENTS:
-        return Pattern("single", element=element_label(int(columns.nonzero()[0])))
-    return None
+    region = common_region(columns.nonzero().flatten().tolist(), shape)
+    if region is None:
+        return None  # spread over the argument, with no factor: no shape to name
+    inside = region.mask(columns.device)
+    there = numerical[:, inside], analytical[:, inside], judged[:, inside]
+    factor = factor_of(there[0][there[2]], there[1][there[2]], atol)
+    if factor is None and not region.single() and _some_right(there[0], there[1], columns[inside], atol):
+        return None  # a few wrong elements that happen to share a row: no sign of a slice handled apart
+    return Pattern("confined", factor=factor, region=region,
+                   element=element_label(int(inside.nonzero()[0])) if region.single() else None,
+                   compared=compared, wrong=int(columns.sum()))
+
+
+def _some_right(numerical, analytical, wrong, atol):
+    """Whether an element with a derivative (numerical or analytical beyond ``atol``) is right (columns)."""
+    moving = ((numerical.abs() > atol) | (analytical.abs() > atol)).any(dim=0)
+    return bool((moving & ~wrong).any())
 
 
 NONLINEAR_HINT = ("backward treats grad_output non-linearly (abs, clamp, sign): gradients must scale with grad_output, "
@@ -94,21 +141,3 @@ def mark_nonlinear(found, negated):
 
 def describe_factor(factor):
     return FACTORS.get(factor, f"{factor:g}x")
-
-
-def pattern_hint(pattern, argument):
-    """The hint a Pattern supports, or None."""
-    if pattern is None:
-        return None
-    if pattern.kind == "factor" and pattern.factor == -1.0:
-        return f"the analytical gradient has the wrong sign at every element of `{argument}`"
-    if pattern.kind == "factor":
-        return (f"the analytical gradient is {describe_factor(pattern.factor)} the numerical one at every element "
-                f"of `{argument}`: a constant factor is off")
-    if pattern.kind == "nonlinear":
-        return NONLINEAR_HINT
-    if pattern.kind == "single":
-        return (f"only {pattern.element} is wrong; every other element of `{argument}`'s gradient matches: an "
-                "indexing or boundary slip (the last element, a tile's edge, a loop bound), not the formula")
-    return None
-

@@ -34,14 +34,7 @@ import torch
 from pytest_autograd.checks._domain_edges import edge_examples, elements_leaving_the_domain, well_inside
 from pytest_autograd.checks._kinks import kink_mask
 from pytest_autograd.checks._numerical import DerivativeError, projected_difference
-from pytest_autograd.checks._patterns import (
-    FACTOR_RTOL,
-    FACTORS,
-    SINGLE_MIN_ELEMENTS,
-    Pattern,
-    as_said,
-    worth_naming,
-)
+from pytest_autograd.checks._probed_patterns import probed_pattern
 from pytest_autograd.engine.draws import probe_direction
 from pytest_autograd.results.compare import fmt_index
 
@@ -135,7 +128,7 @@ def _every_argument(prober, found, direction, names, notes):
     leaf = (found.locus or {}).get("leaf")
     if leaf is None:  # errors spread over many elements: nothing located to build on
         return found
-    found.pattern = _pattern(prober, direction, leaf, found)
+    found.pattern = probed_pattern(prober, direction, leaf, found)
     others = [_argument_error(prober, direction, j, names, notes) for j in range(len(names)) if j != leaf]
     found.others = sorted((o for o in others if o is not None), key=lambda o: -o.ratio())
     return found
@@ -165,37 +158,8 @@ def _argument_error(prober, direction, j, names, notes):
         return None
     found = _locate(prober, probe, names, tolerance, notes, low, high)
     if (found.locus or {}).get("leaf") is not None:
-        found.pattern = _pattern(prober, direction, j, found)
+        found.pattern = probed_pattern(prober, direction, j, found)
     return found
-
-
-def _pattern(prober, direction, j, found):
-    """What argument ``j``'s whole gradient shows (see ``_patterns``), from the located element and probes over
-    the argument: the same factor in both (a sign or constant factor), or nothing wrong once the element is left
-    out (a single wrong element)."""
-    low, high = prober.evaluator.offsets[j], prober.evaluator.offsets[j + 1]
-    if bool((prober.g[low:high] == 0).all()):
-        return None
-    restricted = _restricted(direction, low, high)
-    probe = prober.probe(restricted)
-    probe.measure_noise(prober)
-    tolerance = prober.atol + NOISE_FACTOR * probe.noise
-    if abs(probe.central) > tolerance and found.expected != 0:
-        fitted = found.got / found.expected  # a factor other than the named ones: the located element's ratio
-        candidates = list(FACTORS) + ([fitted] if worth_naming(fitted) else [])
-        for factor in candidates:
-            at_element = abs(found.got - factor * found.expected) <= found.tolerance + \
-                FACTOR_RTOL * abs(factor * found.expected)
-            along = abs(probe.analytical - factor * probe.central) <= tolerance + FACTOR_RTOL * abs(factor * probe.central)
-            if at_element and along:
-                return Pattern("factor", factor=as_said(factor))
-    if high - low >= SINGLE_MIN_ELEMENTS:
-        restricted[found.locus["flat"]] = 0.0
-        rest = prober.probe(restricted)
-        rest.measure_noise(prober)
-        if abs(rest.residual) <= prober.atol + NOISE_FACTOR * rest.noise:
-            return Pattern("single", element=found.element)
-    return None
 
 
 class _Probe:
@@ -260,6 +224,11 @@ class _Prober:
     def probe(self, direction, evaluated=None):
         central, right, left = self.differences(direction, self.eps, evaluated)
         return _Probe(direction, float(self.g @ direction), central, right, left)
+
+    def tolerance(self, probe):
+        """``probe``'s tolerance: atol plus ``NOISE_FACTOR`` times its measured finite-difference error."""
+        probe.measure_noise(self)
+        return self.atol + NOISE_FACTOR * probe.noise
 
     def residual_on(self, direction, start, stop):
         part = torch.zeros_like(direction)

@@ -12,6 +12,7 @@ import torch.autograd.forward_ad as fwAD
 
 from pytest_autograd.checks._derivatives import ATOL, EPS, RTOL
 from pytest_autograd.checks._float64_support import float64_plan
+from pytest_autograd.checks._patterns import describe_factor, factor_of
 from pytest_autograd.checks._transforms import overrides
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import (
@@ -68,7 +69,7 @@ class ForwardAD(Check):
                             mismatch, f"jvp: tangent of {label} along a direction in {where} does not match "
                                       "the numerical directional derivative",
                             f"tangent of {label}", output=label, argument=_argument(where),
-                            hint=_hint(numerical[k], forward[k], where))
+                            hint=_hint(numerical[k], forward[k], where, atol))
                 from_forward = sum(float((cotangents[k] * (forward[k] if forward[k] is not None else 0)).sum())
                                    for k in diff)
                 from_backward = sum(float((g * t).sum()) for g, t in zip(grads, tangents))
@@ -125,21 +126,16 @@ def _argument(where):
     return where.strip("`") if where.startswith("`") else None
 
 
-def _hint(numerical, forward, where):
+def _hint(numerical, forward, where, atol):
     if forward is None or (bool((forward == 0).all()) and not bool((numerical == 0).all())):
         return (f"jvp returns no tangent (None or zeros) for a direction in {where}: check the order of "
                 "jvp's tangent arguments (one per forward input) and what ctx.save_for_forward saved")
-    dot = float((forward * numerical).sum())
-    norm = float((numerical * numerical).sum())
-    if norm > 0:
-        ratio = dot / norm
-        residual = float((forward - ratio * numerical).abs().max())
-        if residual <= 1e-3 * float(numerical.abs().max()):
-            if abs(ratio + 1) < 1e-3:
-                return "the tangent has the wrong sign"
-            for factor, words in ((2.0, "twice"), (0.5, "half"), (3.0, "three times")):
-                if abs(ratio - factor) < 1e-3 * factor:
-                    return f"the tangent is {words} the numerical one: a constant factor is off"
+    # Element by element (a tolerance relative to the largest element let it decide for the small ones).
+    factor = factor_of(numerical, forward, atol)
+    if factor == -1.0:
+        return "the tangent has the wrong sign at every element"
+    if factor is not None:
+        return f"the tangent is {describe_factor(factor)} the numerical one at every element: a constant factor is off"
     return ("jvp must return J(x) @ tangents: the sum over inputs of each input's partial derivative "
             "times that input's tangent")
 

@@ -4,7 +4,8 @@ A failure on a (64, 512) input is easier to fix, and to hand to whoever owns
 the kernel, at (1, 3). Like Hypothesis shrinking a failing example, this
 tries smaller candidates and keeps each one the check still fails on in the
 same way: same check, same output and argument, same dtype, the same kind
-of mismatch (summary and hint with their numbers left out).
+of mismatch (the summary with its numbers left out, and what the hint
+blames, not where it shows it: see ``same_failure``).
 
 Moves, largest win first:
 
@@ -35,6 +36,7 @@ from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine.budget import TimeBudgetExceeded
 from pytest_autograd.engine.case import DEFAULT_SHRINK_SECONDS, RunOptions, Sample  # noqa: F401 - re-exported
 from pytest_autograd.engine.running import run_check
+from pytest_autograd.results.report import Hint
 
 # Checks whose failures are worth shrinking: they compare values on the sample, so a smaller sample shows the
 # same wrong number. A check of another author opts in with ``shrinkable = True`` on its class.
@@ -55,7 +57,10 @@ def shrinkable(check, report):
 
 
 def failure_words(report):
-    """The summary's and hint's words: numbers, and the names of the report's own argument and output, left out."""
+    """The summary's words and what the hint blames: numbers, and the names of the report's own argument and output,
+    left out. A hint naming a pattern (a results.report.Hint) stands for its cause (a factor), not its wording: that
+    says where the pattern shows (a column, one element, every element compared), which changes with the sample's
+    size."""
     def words(text):
         if text is None:
             return None
@@ -65,7 +70,8 @@ def failure_words(report):
             text = re.sub(rf"(?<![\w`]){re.escape(report.output)}(?![\w`])", "<output>", text)
         return _NUMBER.sub("#", text)
 
-    return words(report.summary), words(report.hint)
+    hint = report.hint.cause if isinstance(report.hint, Hint) else report.hint
+    return words(report.summary), words(hint)
 
 
 def same_failure(original, candidate):
@@ -73,7 +79,11 @@ def same_failure(original, candidate):
     the original's argument (or output) among those it names as wrong.
 
     When several arguments are wrong, which one is worst may change with the sample; the one first reported
-    must still be wrong, in the same way (the same summary and, when it is still the worst, the same hint).
+    must still be wrong, in the same way (the same summary and, when it is still the worst, the same hint's
+    cause). A pattern confined to a part of the argument (a column, a row, one element) may show anywhere in a
+    smaller sample: the column's index moves with a last-column bug, the column becomes one element once one row
+    is left, or the whole argument once one column is. One shown at every element must stay at every element:
+    confined to a part, it is another failure.
     """
     if (candidate.check, candidate.dtype, candidate.error is None) != \
             (original.check, original.dtype, original.error is None):
@@ -85,8 +95,13 @@ def same_failure(original, candidate):
     still_first = candidate.argument == original.argument and \
         (original.argument is not None or candidate.output == original.output)
     if still_first:
-        return (summary, hint) == (got_summary, got_hint)
+        return (summary, hint) == (got_summary, got_hint) and not _confined_to_part(original.hint, candidate.hint)
     return summary == got_summary
+
+
+def _confined_to_part(original, candidate):
+    """Whether a hint's pattern that showed at every element shows only in a part of the argument now."""
+    return isinstance(original, Hint) and not original.confined and isinstance(candidate, Hint) and candidate.confined
 
 
 @dataclass

@@ -8,6 +8,21 @@ then what follows the failure: the shrunk sample, the reproducing script.
 from dataclasses import dataclass, field, fields
 
 
+class Hint(str):
+    """A hint's text, with what it blames in words that stay the same whatever the sample's size, so that a failure
+    can be told from another without its wording (engine/shrink.py): ``cause``, the pattern's factor ("twice";
+    None: values differ, no factor known), and ``confined``, whether it blames a part of an argument (a column, a
+    row, one element; a smaller sample may make that part the whole argument) rather than every element."""
+
+    def __new__(cls, text, cause=None, confined=False):
+        made = super().__new__(cls, text)
+        made.cause, made.confined = cause, confined
+        return made
+
+    def __reduce__(self):
+        return Hint, (str(self), self.cause, self.confined)
+
+
 @dataclass
 class Report:
     check: str
@@ -121,6 +136,9 @@ class CheckFailure(AssertionError):
     def __init__(self, report):
         super().__init__(report.summary)
         self.report = report
+
+    def __reduce__(self):  # rebuilt from its report, not from the summary it passes to AssertionError
+        return CheckFailure, (self.report,)
 
     def __str__(self):
         return self.report.render()
