@@ -40,6 +40,8 @@ CASES = [
     (buggy.LinearWeightGradTransposed, linear, linear_reference),
     (buggy.LinearGradInputWrong, linear, linear_reference),
     (buggy.LinearFloat32Backward, linear, linear_reference),
+    (buggy.LinearWeightGradLastColumnTwice, linear, linear_reference),
+    (buggy.LinearGradInputFirstRowTwice, linear, linear_reference),
     (buggy.RNNCellMissingTanhDerivative, rnn_cell, rnn_cell_reference),
     (buggy.ReLUPositiveGradOnly, lambda g: (away_from_zero(g, 48, 64),), relu_reference),
     (buggy.CubeWrongAtOneElement, lambda g: (torch.randn(48, 64, generator=g),), cube_reference),
