@@ -1,0 +1,19 @@
+"""Where a crash of the op cannot end the run: the isolation modes, as options and markers name them."""
+
+ISOLATE_MODES = ("explore", "all", "off")  # the first is the default
+ISOLATE_HELP = ("where a crash of the op (a segfault, an abort, a GPU fault) cannot end the session: 'explore' "
+                "(default) runs sizes, noncontiguous and extreme whole in a sandbox process and tries each new kind "
+                "of call of the other checks there first; 'all' runs every check there; 'off' runs everything in "
+                "pytest's own process (fastest; a crash ends the session)")
+
+
+def isolate_mode(case):
+    """The case's isolation mode: the marker's ``isolate=``, else the run's (``RunOptions.isolate``)."""
+    return case.option("isolate") or getattr(case.run_options, "isolate", ISOLATE_MODES[0])
+
+
+def isolate_problem(value, source):
+    """None when ``value`` names an isolation mode, else the usage error saying which ones there are."""
+    if value in ISOLATE_MODES:
+        return None
+    return f"{source}: unknown isolation mode {value!r}; use one of {', '.join(ISOLATE_MODES)}"

@@ -1,0 +1,246 @@
+"""Work in other processes: the one way the plugin runs anything outside the session's own process.
+
+A kernel that segfaults, aborts or faults its GPU takes its process with it.
+Work that must survive that runs in a :class:`Worker`: a persistent child
+process, started from Python's ``multiprocessing`` forkserver (spawn where
+there is none) with torch already imported, that runs one task at a time
+and is started afresh after a crash. A task is a module-level function and
+its arguments; tensors cross by value with their exact layout (strides,
+storage offset), and objects of the test's own modules (a Function defined
+in a test file or a conftest) are found in the child by the file the parent
+imported them from (``transport``).
+
+What comes back is an :class:`Outcome`: the value, the exception the task
+raised, or how the process ended (``Crash``: the signal, and the last words
+it wrote, e.g. the Python frame ``faulthandler`` saw crash) or that it did
+not answer in time.
+
+:func:`sandbox` is the session's worker for trial runs (see
+``engine.exploration.isolation``); one per process, so each pytest-xdist
+worker has its own. Ranks of a process group are the same workers, several
+at once.
+"""
+
+import atexit
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+from pytest_autograd.engine.processes import transport
+
+POLL_SECONDS = 0.25  # how often a waiting parent returns to Python (so a time budget can interrupt the wait)
+LOG_TAIL_BYTES = 4096  # what a report quotes of a crashed child's last words ...
+LOG_BYTES = 1 << 22  # ... out of at most this much it wrote during its last task
+
+
+@dataclass
+class Crash:
+    """How a child process ended without answering."""
+
+    exitcode: int
+    log: str = ""  # what the child wrote during the task (a C++ abort message, faulthandler's Python stack)
+
+    @property
+    def last_words(self):
+        return self.log[-LOG_TAIL_BYTES:]
+
+    @property
+    def signal_name(self):
+        """``SIGSEGV`` for a child killed by a signal; ``exit code N`` otherwise."""
+        if self.exitcode is not None and self.exitcode < 0:
+            try:
+                return signal.Signals(-self.exitcode).name
+            except ValueError:
+                return f"signal {-self.exitcode}"
+        return f"exit code {self.exitcode}"
+
+    def crashed_frame(self):
+        """The innermost Python frame faulthandler saw when the process crashed, outside torch and the plugin."""
+        frames = [line.strip() for line in self.last_words.splitlines() if line.strip().startswith("File ")]
+        user = [line for line in frames if "pytest_autograd" not in line
+                and not transport.is_system_file(line.split('"')[1] if '"' in line else "")]
+        return user[0] if user else None  # faulthandler prints the innermost frame first
+
+    def first_message(self):
+        """The first line the child wrote that is neither faulthandler's stack nor blank (e.g. Triton's or
+        the C++ runtime's own words before an abort)."""
+        for line in self.last_words.splitlines():
+            text = line.strip()
+            if text and not text.startswith(("File ", "pytest-autograd", "Current thread", "Thread 0x", "Fatal Python error",
+                                             "Extension modules:", "Stack (most recent")):
+                return text[:200]
+        return None
+
+
+@dataclass
+class Outcome:
+    """What a task in another process came to: exactly one of ``value``, ``raised``, ``crash`` or ``hung``."""
+
+    value: object = None
+    raised: object = None  # transport.RaisedElsewhere: the exception the task raised, by type name and message
+    crash: Crash = None
+    hung: float = None  # seconds waited before the child was stopped
+    fault: bool = False  # ``raised`` is a GPU fault: the child's device was unusable after it (a new child follows)
+    unsent: bool = False  # ``raised`` came from rebuilding the task in the child: it never ran
+
+    @property
+    def returned(self):
+        return self.raised is None and self.crash is None and self.hung is None
+
+
+class Worker:
+    """One persistent child process running tasks one at a time; started on first use, again after a crash."""
+
+    def __init__(self, name="sandbox", environment=None):
+        self.name = name
+        self.environment = environment or {}  # variables the child sets before its first task
+        self._process = None
+        self._connection = None
+        self._log = None
+        self._state = None  # the parent's import state the child has
+        self._lock = threading.Lock()
+        self.starts = 0
+
+    def run(self, function, *args, timeout=None):
+        """``function(*args)`` in the child, as an :class:`Outcome`. ``timeout``: seconds before the child is
+        stopped and the outcome is ``hung``; None waits as long as the task takes."""
+        with self._lock:
+            self._ensure_started()
+            payload, self._state = transport.task_message(function, args, self._state)
+            try:
+                self._connection.send_bytes(payload)
+                return self._answer(timeout)
+            except BaseException:  # a time budget or ^C while the child works: its state is unknown now
+                self.stop()
+                raise
+
+    def _answer(self, timeout):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SECONDS if deadline is None else min(POLL_SECONDS, deadline - time.monotonic())
+            if left <= 0:
+                self.stop()
+                return Outcome(hung=timeout)
+            ready = wait([self._connection, self._process.sentinel], timeout=left)
+            if self._connection in ready:
+                try:
+                    kind, value = transport.loads(self._connection.recv_bytes())
+                except (EOFError, OSError):
+                    return Outcome(crash=self._ended())
+                if kind == "value":
+                    return Outcome(value=value)
+                if kind == "fault":  # the task left its device unusable: the next task needs a new process
+                    self.stop()
+                return Outcome(raised=value, fault=kind == "fault", unsent=kind == "unsent")
+            if self._process.sentinel in ready:
+                return Outcome(crash=self._ended())
+
+    def _ended(self):
+        """The Crash of a child that died, read from its exit code and the tail of its log; the next task starts
+        a new child."""
+        self._process.join(5)
+        crash = Crash(self._process.exitcode, _read(self._log))
+        self._forget()
+        return crash
+
+    def _ensure_started(self):
+        if self._process is not None and self._process.is_alive():
+            return
+        self._forget()
+        context = multiprocessing.get_context(start_method())
+        if start_method() == "forkserver":  # children forked from a server that has imported torch start at once
+            context.set_forkserver_preload(["torch", "pytest_autograd.engine.processes.child"])
+        parent_end, child_end = context.Pipe(duplex=True)
+        handle, self._log = tempfile.mkstemp(prefix=f"pytest-autograd-{self.name}-", suffix=".log")
+        os.close(handle)
+        process = context.Process(target=_serve, args=(child_end, self._log, self.environment),
+                                  name=f"pytest-autograd-{self.name}", daemon=True)
+        with _main_module_hidden():
+            process.start()
+        child_end.close()
+        self._process, self._connection = process, parent_end
+        self.starts += 1
+        _LIVE.add(self)
+
+    def stop(self):
+        """End the child now (killed if it does not answer); the next task starts a new one."""
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        self._forget()
+
+    def _forget(self):
+        if self._connection is not None:
+            self._connection.close()
+        if self._log is not None and os.path.exists(self._log):
+            os.unlink(self._log)
+        self._process = self._connection = self._log = self._state = None
+        _LIVE.discard(self)
+
+
+_LIVE = set()
+_SANDBOX = {}  # pid -> the sandbox worker of that process (a forked child never uses its parent's)
+
+
+def sandbox():
+    """This process's worker for trial runs, created on first use."""
+    pid = os.getpid()
+    if pid not in _SANDBOX:
+        _SANDBOX.clear()
+        _SANDBOX[pid] = Worker("sandbox")
+    return _SANDBOX[pid]
+
+
+def start_method():
+    """forkserver where the platform has it (each child is forked from a server that has imported torch, so a
+    restart costs milliseconds), spawn elsewhere. Never fork: the session may hold CUDA and thread pools."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+@atexit.register
+def _stop_all():
+    for worker in list(_LIVE):
+        worker.stop()
+
+
+@contextmanager
+def _main_module_hidden():
+    """Start a child without it importing the parent's ``__main__`` (multiprocessing would run a script that calls
+    ``run_checks`` unguarded again there, and start its checks in the child)."""
+    main = sys.modules.get("__main__")
+    saved = {name: main.__dict__[name] for name in ("__spec__", "__file__") if main is not None and name in main.__dict__}
+    try:
+        if main is not None:
+            main.__spec__ = None
+            main.__dict__.pop("__file__", None)
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+
+
+def _serve(connection, log, environment):
+    from pytest_autograd.engine.processes.child import serve
+
+    serve(connection, log, environment)
+
+
+def _read(path):
+    """What the child wrote to its log during its last task (the child empties it at each task's start)."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - LOG_BYTES))
+            return log.read().decode("utf-8", "replace")
+    except (OSError, TypeError):
+        return ""
+
+
+__all__ = ["Crash", "Outcome", "Worker", "sandbox", "start_method"]
