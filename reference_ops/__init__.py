@@ -12,6 +12,9 @@
   with no graph), their planted-bug twin, and a block built from them.
 * :mod:`reference_ops.model` -- a small transformer built from the ops above, for the model scan
   (with a planted bug behind a flag).
+* :mod:`reference_ops.model_sizes` -- an attention layer whose rotary embedding is written for even head dims
+  (the model fixes its head dim), and a running sum over the sequence with a twin whose backward drops the
+  tail of a length that is not a multiple of its chunk, for the model scan's sizes.
 * :mod:`reference_ops.sizes` -- tiled kernels right at power-of-two sizes and wrong at others (a last-block
   mask, a grid with floor division, a split boundary, a squeezed batch of one), with correct twins;
   :mod:`reference_ops.sizes_triton` -- a Triton kernel missing its last program (needs triton).

@@ -669,10 +669,121 @@ def test_a_model_items_notes_are_in_the_warnings_summary_where_the_footer_says_t
             def forward(self, x):
                 return Rotary.apply(x, self.cos, self.sin)
 
-        @pytest.mark.autograd_model(checks=["sizes"])
+        @pytest.mark.autograd_model(checks=["sizes"], op_options={"Rotary": {"sizes": {8: [9]}}})
         def test_model():
             return Model(), (torch.randn(2, 6, 8),)
     """, "-rw")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*AutogradNote: `Rotary`: sample 0: sizes: * the op refuses *",
                                  "*1 note(s) on 1 item(s), not failures: in the warnings summary*"])
+
+
+# ---------------------------------------------------------------------------
+# Sizes: judged where the model calls each op, at other input sizes
+# ---------------------------------------------------------------------------
+
+
+def test_the_model_is_run_again_at_other_input_sizes_and_a_dim_its_architecture_fixes_never_changes():
+    from pytest_autograd.engine.model_sizes import model_sizes
+    from reference_ops.model_sizes import RotaryAttention, rotary_inputs
+
+    model, calls = RotaryAttention(), [Sample(*rotary_inputs())]
+    capture = capture_model(model, calls)
+    sizes = model_sizes(model, calls, capture)
+    assert {(run.old, run.new) for run in sizes.runs} >= {(2, 1), (8, 7), (8, 9), (8, 17)}  # a batch of one, tails
+    assert {old for old, _, _ in sizes.refused} >= {12}  # the hidden size: the projections refuse it
+    rotary = next(op for op in group_calls(capture.calls) if op.name == "RotaryEmbedding")
+    judged = sizes.samples_for(rotary, rotary.signatures[0])
+    shapes = {tuple(sample.args[0].shape) for sample, _ in judged}
+    assert {(1, 2, 8, 6), (2, 2, 9, 6), (2, 2, 1, 6)} <= shapes
+    assert {shape[-1] for shape in shapes} == {6}  # the head dim the config fixes
+    assert all(tuple(sample.args[1].shape) == (sample.args[0].shape[2], 6) for sample, _ in judged)  # its tables
+    assert "when its inputs are `x` [2, 9, 12] (size 8 of its inputs made 9)" in dict(
+        (tuple(sample.args[0].shape), origin) for sample, origin in judged)[(2, 2, 9, 6)]
+
+
+def test_a_rotary_embedding_written_for_even_head_dims_passes_the_scan_which_never_tries_an_odd_head_dim(
+        pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        import pytest
+        from reference_ops.model_sizes import RotaryAttention, rotary_inputs
+
+        @pytest.mark.autograd_model(checks=["sizes"])
+        def test_rotary():
+            return RotaryAttention(), rotary_inputs()
+    """, "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines_random([
+        "sizes-cpu: 2 ops checked, none wrong",
+        "`RotaryEmbedding` at *reference_ops/model_sizes.py:* (and 1 other site): 2 calls, 1 signature, 1 checked: "
+        "passed",
+    ])
+
+
+def test_the_rotary_model_passes_every_default_check_of_the_scan():
+    from reference_ops.model_sizes import RotaryAttention, rotary_inputs
+
+    result = autograd_scan(RotaryAttention(), *rotary_inputs())
+    assert [v.name for v in result.passed] == ["RotaryEmbedding", "ChunkedCumsum"], result.render()
+    assert all(o.status != "failed" for v in result.verdicts for o in v.outcomes), result.render()
+
+
+PLANTED_TAIL = """
+    import pytest
+    from reference_ops.model_sizes import ChunkedCumsumDropsTail, RotaryAttention, rotary_inputs
+
+    @pytest.mark.autograd_model(checks=["gradcheck", "sizes"])
+    def test_tail():
+        return RotaryAttention(cumsum=ChunkedCumsumDropsTail), rotary_inputs()
+"""
+
+PLANTED_TAIL_REPORT = [
+    "*sizes-cpu: 2 ops checked, 1 wrong: `ChunkedCumsumDropsTail` at *reference_ops/model_sizes.py:* (sizes)",
+    "`ChunkedCumsumDropsTail` at *: 1 call, 1 signature, 1 checked: failed",
+    "    sizes-cpu failed: gradient w.r.t. `x` is wrong when dim 1 of `x` (size 8 in your sample) is 9",
+    "*the model calls the op with these arguments when its inputs are `x` [[]2, 9, 12[]] (size 8 of its inputs made 9)",
+    "*sizes of dim 1 of `x` judged: right at 8; wrong at 1, 7, 9, 17",
+]
+
+
+def test_a_running_sum_that_drops_the_tail_fails_at_a_sequence_length_the_model_produces(pytester, run_pytest):
+    result = run(pytester, run_pytest, PLANTED_TAIL, "-v")
+    result.assert_outcomes(passed=1, failed=1)  # gradcheck passes at the captured length, 8: two whole chunks
+    result.stdout.fnmatch_lines(["*test_tail[[]gradcheck-cpu[]] PASSED*"])
+    result.stdout.fnmatch_lines(PLANTED_TAIL_REPORT)
+
+
+def test_the_planted_tail_fails_the_same_way_under_xdist(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(textwrap.dedent(PLANTED_TAIL))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(PLANTED_TAIL_REPORT)
+
+
+def test_size_samples_judge_the_op_at_those_arguments_only_and_a_wrong_one_fails():
+    from pytest_autograd.engine.api import run_checks
+    from reference_ops.model_sizes import ChunkedCumsum, ChunkedCumsumDropsTail
+
+    x = torch.randn(2, 8, 3)
+    at_batch_one = [(Sample(torch.randn(1, 8, 3)), "where the caller calls it")]
+    (right,) = run_checks(ChunkedCumsumDropsTail, samples=Sample(x), checks=["sizes"], size_samples=at_batch_one)
+    assert right.status == "passed", right.detail  # no length but 8 is tried
+    (wrong,) = run_checks(ChunkedCumsumDropsTail, samples=Sample(x), checks=["sizes"],
+                          size_samples=at_batch_one + [Sample(torch.randn(2, 5, 3))])
+    assert wrong.status == "failed"
+    assert wrong.detail.startswith("gradient w.r.t. `x` is wrong when dim 1 of `x` (size 8 in your sample) is 5")
+    (none,) = run_checks(ChunkedCumsum, samples=Sample(x), checks=["sizes"], size_samples=[])
+    assert none.status == "skipped" and "size_samples= gives no other sizes" in none.detail
+    with pytest.raises(UsageProblem, match=r"size_samples= entry 0 .* has the structure of none of your samples"):
+        run_checks(ChunkedCumsum, samples=Sample(x), checks=["sizes"], size_samples=[Sample(torch.randn(8, 3))])
+
+
+def test_sizes_declared_for_an_op_replace_the_model_sizes_and_size_samples_for_a_whole_model_are_refused():
+    from reference_ops.model_sizes import RotaryAttention, rotary_inputs
+
+    declared = autograd_scan(RotaryAttention(), *rotary_inputs(), checks=["sizes"],
+                             op_options={"RotaryEmbedding": {"sizes": {6: [7]}}})  # an odd head dim, declared
+    assert [v.name for v in declared.wrong] == ["RotaryEmbedding"], declared.render()
+    with pytest.raises(UsageProblem, match=r"size_samples= applies to one op, not to a whole model"):
+        autograd_scan(RotaryAttention(), *rotary_inputs(), checks=["sizes"], size_samples=[])

@@ -33,6 +33,7 @@ from pytest_autograd.checks._leading_dim import STRATEGY as LEADING_STRATEGY
 from pytest_autograd.checks._leading_dim import judge as judge_leading_dim
 from pytest_autograd.checks._leading_dim import leading_variants
 from pytest_autograd.checks._size_hints import pattern_hint
+from pytest_autograd.checks._size_samples import given_size_samples, judge_size_samples
 from pytest_autograd.checks._size_judge import (
     COMPILE_SECONDS,
     INVALID_GRADIENT,
@@ -91,7 +92,7 @@ class Sizes(Check):
     name = "sizes"
     description = ("gradients right at sizes the samples do not have: each dimension size at +1, -1, 1, an odd size "
                    "past a power of two, 11/19/45, a multi-block size, and with one more leading dim")
-    options = {"sizes": None, "dtypes": None, **OPTION}
+    options = {"sizes": None, "size_samples": None, "dtypes": None, **OPTION}
 
     def applies(self, case, device):
         if not has_floating_input(case):
@@ -102,6 +103,9 @@ class Sizes(Check):
 
     def run(self, context):
         case = context.case
+        given = given_size_samples(case)
+        if given is not None:  # the caller's own calls at other sizes (a model's): judged there and nowhere else
+            return judge_size_samples(context, _Run(context, {}), given)
         requested = requested_sizes(case)
         check_requested_sizes_occur(case, requested)
         axes = {index: axes_of(case, sample, requested) for index, sample in enumerate(case.samples)}

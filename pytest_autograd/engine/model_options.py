@@ -11,7 +11,7 @@ DEFAULT_MAX_SIGNATURES = 4
 # The scan's own options; every other option goes to each op's checks.
 SCAN_OPTIONS = {"ops": None, "skip_ops": None, "max_signatures": DEFAULT_MAX_SIGNATURES, "op_options": None}
 # Options that only make sense for one op: given per op in op_options=, never for the whole model.
-PER_OP_ONLY = ("reference", "constants")
+PER_OP_ONLY = ("reference", "constants", "size_samples")
 # Options of a whole scan that are not the checks' (they are the item's or the scan's).
 NOT_PER_OP = ("op", "devices", "checks", "skip")
 

@@ -11,7 +11,9 @@ The capture (:mod:`model_capture`) records every top-level custom
 ``autograd.Function`` and ``torch.ops`` call; :mod:`model_ops` groups the
 calls by signature; here each op is checked on a few of its signatures with
 :func:`~pytest_autograd.engine.api.run_checks`, each tensor argument that did
-not require grad at the call passed as a constant.
+not require grad at the call passed as a constant, and its sizes judged at
+the arguments it gets when the model runs at other input sizes
+(:mod:`model_sizes`).
 """
 
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from pytest_autograd.engine.devices import devices_option
 from pytest_autograd.engine.model_capture import capture_model
 from pytest_autograd.engine.model_options import DEFAULT_MAX_SIGNATURES, op_options_known, validate_scan_options
 from pytest_autograd.engine.model_ops import group_calls, ran_list, select_ops
+from pytest_autograd.engine.model_sizes import judges_sizes, model_sizes
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.engine.registry import CheckRegistry
 from pytest_autograd.engine.seeding import item_seed
@@ -268,11 +271,13 @@ def scan_ops(capture, ops=None, skip_ops=None):
 
 
 def check_ops(scanned_ops, checks, devices=None, seed=0, registry=None, run_options=None, max_signatures=None,
-              op_options=None, explicit=True, **options):
+              op_options=None, explicit=True, at_other_sizes=None, **options):
     """One OpVerdict per scanned op: ``checks`` on its first ``max_signatures`` signatures.
 
     ``devices``: where to check (None: the device each op's call ran on).
     ``explicit``: False skips opt-in checks, as a marker without checks= does.
+    ``at_other_sizes``: the model's runs at other input sizes (``model_sizes.ModelSizes``): each signature's sizes are
+    judged at the arguments it gets there (``size_samples=``), unless ``sizes=`` or ``size_samples=`` is given.
     """
     if max_signatures is None:
         max_signatures = 10**9
@@ -286,8 +291,12 @@ def check_ops(scanned_ops, checks, devices=None, seed=0, registry=None, run_opti
             here = devices or [_device_of(signature.call)]
             first_note = notes.count()
             try:
+                judged_at = {**options, **per_op}
+                if at_other_sizes is not None and judged_at.get("sizes") is None \
+                        and judged_at.get("size_samples") is None:
+                    judged_at["size_samples"] = at_other_sizes.samples_for(scanned, signature)
                 checked.outcomes = _run(scanned, signature, checks, here, item_seed(seed, f"{scanned.key}:{index}"),
-                                        registry, run_options, explicit, {**options, **per_op})
+                                        registry, run_options, explicit, judged_at)
             except UsageProblem as problem:  # the captured arguments cannot be checked as they are
                 checked.outcomes = [Outcome(name, device, "skipped", f"not checked: {problem}")
                                     for name in checks for device in here]
@@ -427,8 +436,10 @@ def autograd_scan(model, *inputs, calls=None, checks=None, skip=None, devices=No
         devices = devices_option(devices, "autograd_scan: devices=")
     capture = capture_model(model, samples, seed=seed)
     scanned, notes = scan_ops(capture, ops, skip_ops)
+    sizes = model_sizes(model, samples, capture, seed) if judges_sizes(registry, names) else None
     verdicts = check_ops(scanned, names, devices=devices, seed=seed, registry=registry, run_options=run_options,
-                         max_signatures=max_signatures, op_options=op_options, explicit=checks is not None, **options)
+                         max_signatures=max_signatures, op_options=op_options, explicit=checks is not None,
+                         at_other_sizes=sizes, **options)
     return ScanResult(verdicts, capture.backward, notes)
 
 

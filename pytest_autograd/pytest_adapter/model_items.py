@@ -12,6 +12,7 @@ import pytest
 from pytest_autograd.engine.devices import device_problem
 from pytest_autograd.engine.model_capture import capture_model
 from pytest_autograd.engine.model_options import SCAN_OPTIONS
+from pytest_autograd.engine.model_sizes import judges_sizes, model_sizes
 from pytest_autograd.engine.model_scan import (
     NothingToCheck,
     ScanResult,
@@ -57,10 +58,11 @@ def _scan(item, spec, settings, registry, seed):
         capture = capture_model(model, calls, seed=seed)
         scanned, notes = scan_ops(capture, options.get("ops"), options.get("skip_ops"))
         remember_for_record(item, seed, rerun)
+        sizes = model_sizes(model, calls, capture, seed) if judges_sizes(registry, [spec.check]) else None
         verdicts = check_ops(
             scanned, [spec.check], devices=[spec.device], seed=seed, registry=registry,
             run_options=run_options(item.config), max_signatures=options.get("max_signatures", SCAN_OPTIONS[
-                "max_signatures"]), op_options=options.get("op_options"), explicit=True,
+                "max_signatures"]), op_options=options.get("op_options"), explicit=True, at_other_sizes=sizes,
             **{name: value for name, value in options.items() if name not in NOT_CHECK_OPTIONS})
         problem = None
     except UsageProblem as raised:
