@@ -19,6 +19,7 @@ from pytest_autograd.checks._numerical import Precomputed
 from pytest_autograd.checks._hints import derivative_details, derivative_hint
 from pytest_autograd.checks._loci import derivative_locus
 from pytest_autograd.checks._low_precision import judge_first_derivatives, skip_unjudged
+from pytest_autograd.checks._same_draws import random_draws_hint
 from pytest_autograd.checks._surrogate import (
     OPTION,
     SURROGATE_HINT,
@@ -71,7 +72,7 @@ class GradCheck(Check):
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
                 notes=notes, outputs=outputs, nondifferentiable=declared, precomputed=_precomputed(context, shared),
-                **marker_tolerances(context.case),
+                draws_seed=shared.draws_seed, **marker_tolerances(context.case),
             )
             if error is None:
                 zero = any(g is not None and g.numel() and not bool(g.detach().ne(0).any()) for g in shared.grads)
@@ -86,7 +87,7 @@ class GradCheck(Check):
                     error=error.error_line(), details=derivative_details(error),
                     evidence=error.evidence + [e for other in error.others for e in other.evidence],
                     hint=(SURROGATE_HINT.format(name=error.argument) if looks_like_surrogate(error) else
-                          _float32_hint(context, sample)
+                          _float32_hint(context, sample) or random_draws_hint(context, sample)
                           or derivative_hint(error, has_backward=context.case.is_function)),
                     locus=derivative_locus(error, context, prepared, order=1),
                     also=[{"argument": other.argument, "output": other.output, "worst": other.worst(),
