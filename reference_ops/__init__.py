@@ -35,6 +35,8 @@
   and order, or in a fixed one), and twins with a wrong backward.
 * :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
   gradient away from ties.
+* :mod:`reference_ops.flash_attention` -- attention as FlashAttention-2 computes it (backward from ``o`` and
+  ``lse``), and a twin whose backward recomputes the probabilities from an unshifted ``exp``.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here

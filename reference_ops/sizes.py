@@ -52,6 +52,14 @@ sizes that sample does not have, which is what the ``sizes`` check is for:
   channels-first convention (dim 1 is the channels), so a leading dim means
   something else to it, as to ``F.group_norm``: it passes.
 
+* :class:`TokenShiftBackwardDimOne` -- a ``(B, T, C)`` time shift whose
+  forward shifts along ``dim=-2`` (it batches over a leading dim) and whose
+  backward shifts along ``dim=1``. :class:`TokenShift` (forward along
+  ``dim=1``, backward along ``dim=-2``) and :class:`ClassesAtDimOneCrossEntropy`
+  (an ``(N, C)`` loss, classes at ``dim=1`` in forward, at the last dim in
+  backward) are written for their rank and do not batch over a leading dim:
+  nothing shows they are meant to take one, and they pass, with a note.
+
 * :class:`WarpSoftmaxOddRowDropsLast` -- rows that fit one warp (up to
   ``WARP`` elements) take a path of two-element vector loads whose mask is
   per vector, not per element: an odd row loses its last element. The
@@ -93,6 +101,10 @@ __all__ = [
     "RowNormalizeBackwardSumsDimOne",
     "CrossEntropyDividesByShapeZero",
     "GroupNorm",
+    "TokenShift",
+    "TokenShiftBackwardDimOne",
+    "token_shift_reference",
+    "ClassesAtDimOneCrossEntropy",
     "group_norm_reference",
     "TiledSoftmaxRowsFromDimZero",
     "row_normalize_reference",
@@ -482,6 +494,67 @@ class CrossEntropyDividesByShapeZero(CrossEntropy):
     rows_from_dim_zero = True
 
 
+# ---------------------------------------------------------------------------
+# Written for one rank: right there, whatever one more leading dim would make of them
+# ---------------------------------------------------------------------------
+
+
+def _shifted(x, dim, back=False):
+    """``x`` with every position along ``dim`` taking the previous one's values (the first gets zeros); ``back``:
+    the next one's (the last gets zeros), the shift's adjoint."""
+    n = x.shape[dim]
+    kept = x.narrow(dim, 1, n - 1) if back else x.narrow(dim, 0, n - 1)
+    zeros = torch.zeros_like(x.narrow(dim, 0, 1))
+    return torch.cat([kept, zeros] if back else [zeros, kept], dim)
+
+
+class TokenShift(Function):
+    """A ``(B, T, C)`` token op: each token gets the previous token's features (RWKV's time shift). Written for
+    three dims: forward shifts along ``dim=1``, backward along ``dim=-2``, the same dim at that rank. Given a
+    4-D input it shifts along the batch in forward and along time in backward: it is not meant for one."""
+
+    forward_dim, backward_dim = 1, -2
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.dims = ctx_bug(ctx, "forward_dim"), ctx_bug(ctx, "backward_dim")
+        return _shifted(x, ctx.dims[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _shifted(grad, ctx.dims[1], back=True)
+
+
+class TokenShiftBackwardDimOne(TokenShift):
+    """BUG: forward shifts along ``dim=-2`` (time at any rank: it batches over a leading dim), backward along
+    ``dim=1``, which is time only for three dims."""
+
+    forward_dim, backward_dim = -2, 1
+
+
+def token_shift_reference(x):
+    """Time shift of a ``(B, T, C)`` activation, written for three dims (it refuses others)."""
+    batch, _, channels = x.shape
+    return torch.cat([x.new_zeros(batch, 1, channels), x[:, :-1]], 1)
+
+
+class ClassesAtDimOneCrossEntropy(Function):
+    """Mean cross-entropy of ``(N, C)`` logits against class indices ``(N,)``, written for two dims: forward
+    takes the classes at ``dim=1`` (as ``F.cross_entropy`` does), backward at the last dim, the same dim for
+    2-D logits. Given 3-D logits its forward normalizes over the rows: it is not meant for them."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        one_hot = torch.nn.functional.one_hot(target, logits.shape[-1]).to(logits.dtype)
+        ctx.save_for_backward(logits, one_hot)
+        return -(logits.log_softmax(1) * one_hot).sum() / target.numel()
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, one_hot = ctx.saved_tensors
+        return grad * (logits.softmax(-1) - one_hot) / one_hot[..., 0].numel(), None
+
+
 GROUPS = 2  # GroupNorm's channel groups
 
 
@@ -532,6 +605,7 @@ SAMPLES = {
     "logits": lambda generator=None: [(_randn(6, 5, generator=generator),
                                        torch.randint(0, 5, (6,), generator=generator))],
     "warp": lambda generator=None: [(_randn(4, 2 * WARP, generator=generator),)],
+    "tokens": lambda generator=None: [(_randn(3, 6, 8, generator=generator),)],
     "fixed_width": lambda generator=None: [(_randn(4, FIXED_WIDTH, generator=generator),
                                             _randn(FIXED_WIDTH, generator=generator))],
 }

@@ -323,3 +323,117 @@ def test_at_the_tiny_magnitude_a_two_input_op_has_each_input_scaled_alone_and_an
     assert "in float32 for inputs scaled to max |x| = " in outcome.detail
     assert "magnitude tiny: squares underflow to 0: `a` scaled so its largest |element| is" in outcome.detail
     assert "the other inputs as given" in outcome.detail
+
+
+# ---------------------------------------------------------------------------
+# A wrong value fails only against a yardstick of what the dtype can reach there
+# ---------------------------------------------------------------------------
+
+FLASH = """
+import pytest, torch
+from reference_ops.flash_attention import *
+
+@pytest.mark.autograd_op(op={op}{marker})
+def test_attention():
+    return attention_samples(torch.Generator().manual_seed(1))
+"""
+
+
+def run_flash(pytester, op, marker=""):
+    pytester.makepyfile(test_ops=FLASH.format(op=op, marker=marker))
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                        "--autograd-checks=extreme", "-rs")
+
+
+@pytest.mark.parametrize("marker", ["", ", reference=attention_reference"])
+def test_flash_attention_2_s_backward_passes_at_every_magnitude_with_or_without_a_reference(pytester, marker):
+    # P = exp(S - lse) and delta = rowsum(dO * O) cancel where a row's softmax saturates: float32 loses digits there
+    # in any implementation of the algorithm, and the op's own rounding noise says so
+    result = run_flash(pytester, "FlashAttention", marker)
+    result.assert_outcomes(passed=1)
+
+
+def test_flash_attention_recomputing_probabilities_from_an_unshifted_exp_still_fails_without_a_reference(pytester):
+    result = run_flash(pytester, "FlashAttentionUnshiftedExp")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `*` is NaN in float32 for inputs scaled to max |x| = 20, where the op in float64 is finite",
+        "*hint: an intermediate overflows float32*subtract the max before exp*",
+    ])
+
+
+SOFTPLUS_IN_BFLOAT16 = """
+import pytest, torch
+import torch.nn.functional as F
+
+
+class SoftplusInBfloat16(torch.autograd.Function):
+    # a mixed-precision kernel: float32 inputs are computed in bfloat16, float64 ones in float64
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.softplus(x.bfloat16() if x.dtype == torch.float32 else x).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.sigmoid(x)
+
+
+@pytest.mark.autograd_op(op=SoftplusInBfloat16{marker})
+def test_softplus():
+    return [(torch.rand(3, 5, generator=torch.Generator().manual_seed(0)),)]
+"""
+
+
+def run_softplus_in_bfloat16(pytester, marker=""):
+    pytester.makepyfile(test_ops=SOFTPLUS_IN_BFLOAT16.format(marker=marker))
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                        "--autograd-checks=extreme", "-rs")
+
+
+def test_without_a_reference_an_error_past_the_ops_own_rounding_noise_is_noted_with_how_to_judge_it(pytester):
+    result = run_softplus_in_bfloat16(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*AutogradNote: sample 0: extreme: not judged at max |x| = 6 in float32: output is off from the op in float64 "
+        "by *, over its budget * (output[[]*[]]: * against *); without reference= the truth is the op itself in "
+        "float64, which says what its formula gives, not what float32 can reach at this magnitude: there is no "
+        "yardstick; to judge it, pass reference= (any implementation of the same maths that runs in float32, torch's "
+        "own where there is one): its own float32 error there is the yardstick",
+    ])
+
+
+def test_with_a_reference_running_in_the_dtype_the_same_error_fails_naming_its_yardstick(pytester):
+    result = run_softplus_in_bfloat16(pytester, ", reference=F.softplus")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "output in float32 is off from the reference in float64 by * for inputs scaled to max |x| = 6, more than its "
+        "error budget *",
+        "*or 16 x how far the op's own result moves, when the inputs move by one float32 rounding, whichever is "
+        "largest",
+        "*failed on evidence that the op is meant to work there: reference= runs in float32 there, and its own error "
+        "measures what float32 can reach",
+    ])
+
+
+def test_flash_attention_2_passes_every_default_check_and_its_unshifted_exp_twin_fails_extreme_alone(pytester):
+    pytester.makepyfile(test_ops="""
+        import pytest, torch
+        from reference_ops.flash_attention import *
+
+        @pytest.mark.autograd_op(op=FlashAttention, reference=attention_reference)
+        def test_attention():
+            return attention_samples(torch.Generator().manual_seed(0))
+
+        @pytest.mark.autograd_op(op=FlashAttention)
+        def test_attention_in_a_model_scan():
+            return attention_samples(torch.Generator().manual_seed(1))
+
+        @pytest.mark.autograd_op(op=FlashAttentionUnshiftedExp, reference=attention_reference)
+        def test_unshifted_exp():
+            return attention_samples(torch.Generator().manual_seed(0))
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-rf")
+    failed = [line.split(" ")[1] for line in result.outlines if line.startswith("FAILED")]
+    assert failed == ["test_ops.py::test_unshifted_exp[extreme-cpu]"], result.stdout.str()

@@ -744,6 +744,9 @@ def test_a_streaming_kernel_wrong_when_a_later_block_holds_the_max_fails_at_a_wi
     ("RowNormalize", "row_normalize_reference", "rows"),
     ("TiledSoftmax", "softmax_reference", "rows"),
     ("GroupNorm", "group_norm_reference", "channels"),
+    ("TokenShift", "token_shift_reference", "tokens"),
+    ("TokenShift", "None", "tokens"),
+    ("ClassesAtDimOneCrossEntropy", "torch.nn.functional.cross_entropy", "logits"),
 ])
 def test_the_correct_twins_of_the_streaming_warp_and_rank_bugs_pass_every_default_check(
         pytester, run_pytest, op, reference, family):
@@ -919,6 +922,62 @@ def test_an_op_that_refuses_a_third_dim_is_noted_not_failed():
     assert outcome.status == "passed"
     assert ("not judged when `x` gets one more leading dim: (4, 8) as (2, 4, 8): the op refuses it (ValueError: "
             "expected a 2-D input, got 3-D)") in outcome.detail, outcome.detail
+
+
+FIXED_RANK = """
+import torch.nn.functional as F
+
+@pytest.mark.autograd_op(op=TokenShift)
+def test_token_shift():
+    return SAMPLES["tokens"]()
+
+@pytest.mark.autograd_op(op=ClassesAtDimOneCrossEntropy, reference=F.cross_entropy)
+def test_loss():
+    return SAMPLES["logits"]()
+"""
+
+
+def test_ops_written_for_a_fixed_rank_are_noted_not_failed_where_their_forward_does_not_batch_a_leading_dim(
+        pytester, run_pytest):
+    result = run(pytester, run_pytest, FIXED_RANK)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*AutogradNote: sample 0: sizes: not judged when `x` gets one more leading dim: (3, 6, 8) as (2, 3, 6, 8): "
+        "gradient w.r.t. `x` is off (grad x[[]*[]]: expected *, got *); its forward does not treat the new dim as a "
+        "batch (its outputs there are not copies of its outputs on the sample, nor their sum or mean), and there is "
+        "no reference= to say what the op computes there: nothing shows the op is meant to take one more dim; to judge "
+        "it, add a sample with that many dims to the test (every check judges the samples' own shapes), or a "
+        "reference= that takes them; if the op takes only its sample's number of dims, make it raise for others",
+        "*AutogradNote: sample 0: sizes: not judged when `logits` gets one more leading dim: (6, 5) as (2, 6, 5): "
+        "gradient w.r.t. `logits` is off (*); its forward does not treat the new dim as a batch (*), and reference= "
+        "neither reads it as one nor agrees with the op there: nothing shows the op is meant to take one more dim; *",
+    ])
+
+
+def test_a_token_op_whose_forward_batches_over_a_leading_dim_fails_there_naming_the_evidence(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=TokenShiftBackwardDimOne)
+        def test_token_shift():
+            return SAMPLES["tokens"]()
+    """, checks="gradcheck,sizes")
+    result.assert_outcomes(passed=1, failed=1)  # right at its three dims: gradcheck passes it
+    result.stdout.fnmatch_lines([
+        "gradient w.r.t. `x` is wrong when `x` gets one more leading dim: (3, 6, 8) as (2, 3, 6, 8)",
+        "*failed on evidence that the op is meant to work there: its forward treats the new dim as a batch (its "
+        "outputs there are copies of its outputs on the sample, or their sum or mean)",
+        "*hint: the op (or its backward) is written for the sample's number of dims*",
+    ])
+
+
+def test_a_kernel_whose_reference_batches_a_leading_dim_fails_there_naming_the_evidence(pytester, run_pytest):
+    result = run(pytester, run_pytest, """
+        @pytest.mark.autograd_op(op=TiledSoftmaxRowsFromDimZero, reference=softmax_reference)
+        def test_rows():
+            return SAMPLES["rows"]()
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*failed on evidence that the op is meant to work there: reference= treats the new "
+                                 "dim as a batch (its outputs there are copies of its outputs on the sample)"])
 
 
 def test_the_leading_dim_stacks_the_activation_alone_then_with_the_arguments_that_go_with_its_rows():

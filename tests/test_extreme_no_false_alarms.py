@@ -1,7 +1,7 @@
 """No false alarms from extreme: every correct shipped op passes at every magnitude, in every dtype.
 
-Saturating (tanh, sigmoid, softplus), exp-domain (exp, logsumexp, softmax),
-normalising (layer norm, variance) ops and losses, judged against their
+Saturating (tanh, sigmoid, softplus), exp-domain (exp, logsumexp, softmax,
+FlashAttention-2), normalising (layer norm, variance) ops and losses, judged against their
 reference and, separately, against themselves in float64 (no reference).
 """
 
@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from pytest_autograd.engine.api import run_checks
 from reference_ops import EXAMPLES
 from reference_ops.edges import EDGE_OPS
+from reference_ops.flash_attention import FlashAttention, attention_reference, attention_samples
 from reference_ops.transforms import (
     MulWithJvp,
     NaiveVariance,
@@ -44,6 +45,8 @@ def _shipped_ops():
         "scaled_sin": (scaled_sin, None, [(_randn(3, 4), 2.0)], {}),
         "scaled_row_sum": (scaled_row_sum, None, [(_randn(3, 4),)], {}),
         "softmax_loss": (lambda x, t: F.cross_entropy(x, t), F.cross_entropy, [(_randn(4, 5), torch.tensor([0, 3, 1, 4]))], {}),
+        "flash_attention": (FlashAttention, attention_reference, attention_samples(torch.Generator().manual_seed(1)),
+                            {}),
     })
     return ops
 

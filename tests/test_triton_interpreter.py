@@ -221,3 +221,78 @@ def test_the_interpreter_self_test_judges_float32_right():
 
     assert interpreter_arithmetic_problem("float32") is None
     assert interpreter_arithmetic_problem("float64") is None
+
+
+# ---------------------------------------------------------------------------
+# The checks that explore: a mismatch in a dtype the interpreter computes wrongly is noted, not failed
+# ---------------------------------------------------------------------------
+
+SCALE_COLUMNS_IN_BFLOAT16 = """
+import pytest, torch
+from reference_ops.sizes_triton import *
+
+
+def bfloat16_samples():
+    return [tuple(a.to(torch.bfloat16) for a in s) for s in SAMPLES(torch.Generator().manual_seed(0))]
+
+
+# aliasing judges the user's own sample, and its failure carries no tensors to tell the interpreter's garbage by
+@pytest.mark.autograd_op(op=TritonScaleColumns, reference=scale_columns_reference, skip=["aliasing"])
+def test_scale():
+    return bfloat16_samples()
+
+
+@pytest.mark.autograd_op(op=TritonScaleColumnsGridFloor, reference=scale_columns_reference, skip=["aliasing"])
+def test_scale_grid_floor():
+    return bfloat16_samples()
+"""
+
+
+def test_bfloat16_samples_of_a_kernel_are_noted_where_extreme_meets_the_interpreter_and_judged_in_float64_by_sizes(
+        pytester, run_pytest):
+    pytest.importorskip("triton")
+    if not interpreter_on():
+        pytest.skip("needs triton's interpreter (TRITON_INTERPRET=1 before triton is imported)")
+    pytester.makepyfile(test_ops=SCALE_COLUMNS_IN_BFLOAT16)
+    result = run_pytest("-rf")
+    failed = [line.split(" ")[1] for line in result.outlines if line.startswith("FAILED")]
+    assert failed == ["test_ops.py::test_scale_grid_floor[sizes-cpu]"], result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*AutogradNote: sample 0: extreme: not judged at max |x| = * in bfloat16: gradient w.r.t. `x` is nan where "
+        "the reference in float64 gives *; TRITON_INTERPRET=1: Triton's interpreter computes bfloat16 arithmetic "
+        "wrongly here (its self-test: *), so a bfloat16 mismatch of an op that launches Triton kernels says nothing "
+        "about the kernel; judge bfloat16 on a GPU",
+    ])
+    result.stdout.fnmatch_lines(["gradient w.r.t. `x` is wrong when dim 0 (size 8 in your sample) is 9",
+                                 "  check sizes, device cpu, dtype float64, sample 0"])  # float64: computed right
+
+
+def test_a_size_variants_mismatch_in_a_dtype_the_interpreter_computes_wrongly_is_noted_not_failed(monkeypatch):
+    pytest.importorskip("triton")
+    if not interpreter_on():
+        pytest.skip("needs triton's interpreter (TRITON_INTERPRET=1 before triton is imported)")
+    import torch
+
+    from pytest_autograd import Sample
+    from pytest_autograd.checks.base import CheckContext
+    from pytest_autograd.checks.sizes import check
+    from pytest_autograd.engine import triton_interpreter
+    from pytest_autograd.engine.case import build_case
+    from pytest_autograd.engine.outcomes import CheckSkipped
+    from reference_ops.sizes_triton import SAMPLES, TritonScaleColumnsGridFloor, scale_columns_reference
+
+    # as if the interpreter computed float64 wrongly, as it does bfloat16: the sizes check judges this kernel in float64
+    monkeypatch.setitem(triton_interpreter._SELF_TEST, "float64", "x * x + x off by 7 on values of magnitude 3")
+    samples = [Sample(*sample) for sample in SAMPLES(torch.Generator().manual_seed(0))]
+    case = build_case({"op": TritonScaleColumnsGridFloor, "reference": scale_columns_reference}, samples)
+    context = CheckContext("sizes", case, "cpu", seed=0)
+    with triton_interpreter.watching_interpreted_dtypes():
+        try:
+            check.run(context)  # a failure would raise CheckFailure
+        except CheckSkipped:  # when no variant but the noted ones could be judged in time
+            pass
+    assert any(note.startswith("sample 0: sizes: not judged when dim 0 of `x` (size 8 in your sample) is 9: gradient "
+                               "w.r.t. `x` is off (grad x[") and note.endswith(
+        "; TRITON_INTERPRET=1: Triton's interpreter computes float64 arithmetic wrongly here (its self-test: x * x + x "
+        "off by 7 on values of magnitude 3), so a float64 mismatch of an op that launches Triton kernels says nothing "
+        "about the kernel; judge float64 on a GPU") for note in context.notes), context.notes

@@ -29,6 +29,14 @@ classes):
   sum or mean is the op's choice;
 * the backward is the derivative of the forward there (``_size_judge``'s
   finite differences, without the reference).
+
+A wrong verdict fails the op only with evidence that it is meant to take one
+more dim (``engine.exploration.verdicts``): its forward treats the new dim as
+a batch (its outputs there are copies of its outputs on the sample, or their
+sum or mean), ``reference=`` reads it as one, or ``reference=`` agrees with
+the op's forward there. An op written for a fixed rank (a ``(B, T, C)``
+token op, an ``(N, C)`` loss) that accepts one more dim without batching
+over it gets a note instead.
 """
 
 import math
@@ -42,6 +50,10 @@ from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.compare import compare_tensors
 
 COPIES = 2
+BATCHED = ("its forward treats the new dim as a batch (its outputs there are copies of its outputs on the sample, or "
+           "their sum or mean)")
+HOW = ("to judge it, add a sample with that many dims to the test (every check judges the samples' own shapes), or "
+       "a reference= that takes them; if the op takes only its sample's number of dims, make it raise for others")
 MOVED, TOWARDS = 0.25, 0.5 + 1 / 29  # a one-row first copy moves this far towards that point of its range
 STRATEGY = "each copy's outputs against the op's own on the sample (copies of it along a new dim 0)"
 HINT = ("the op (or its backward) is written for the sample's number of dims: read sizes from the end "
@@ -102,7 +114,8 @@ def judge(context, judge, base, variant, reference, surrogate=False):
     """The Verdict of the op on ``variant``: its copies against the op on ``base`` (when ``reference`` reads the new
     dim as copies too), then its derivatives (``judge``, a ``_size_judge.Judge`` without a reference) with the
     first copy moved off the second: exact copies tie every element with its copy, and an op selecting along the
-    new dim (a max over dim 0) has no derivative at a tie."""
+    new dim (a max over dim 0) has no derivative at a tie. Its ``grounds`` say what shows the op is meant to take
+    the new dim."""
     dtype = judge.dtype
     try:
         expected = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype))]
@@ -118,17 +131,44 @@ def judge(context, judge, base, variant, reference, surrogate=False):
         return refusal(raised)
     finally:
         context.dtype = dtype
-    references = _reference_copies(context, reference, base, variant, dtype) if reference is not None else None
+    at_sample, at_variant = _reference_runs(context, reference, base, variant, dtype) if reference is not None \
+        else (None, None)
+    references = at_variant if at_sample is not None and _copies_of(context, at_sample, at_variant) else None
+    grounds = _grounds(context, expected, got, references, at_variant)
     if references is not None:
         wrong = _copies_differ(context, variant, expected, got, references)
         if wrong is not None:
+            wrong.grounds = grounds
             return wrong
     if surrogate:  # the backward is declared not to be the forward's derivative: only the copies can be judged
         return Verdict(RIGHT) if references is not None else Verdict(
             REFUSED, reason="a surrogate gradient is judged against reference= only, which reads the new dim otherwise")
     verdict = judge.at(_moved_apart(context.case, variant))
     verdict.notes = variant.notes + verdict.notes
+    verdict.grounds = grounds
     return verdict
+
+
+def missing(reference):
+    """Why nothing shows that an op without ``_grounds`` is meant to take one more leading dim."""
+    other = ("reference= neither reads it as one nor agrees with the op there" if reference is not None else
+             "there is no reference= to say what the op computes there")
+    return (f"its forward does not treat the new dim as a batch (its outputs there are not copies of its outputs on "
+            f"the sample, nor their sum or mean), and {other}: nothing shows the op is meant to take one more dim")
+
+
+def _grounds(context, expected, got, references, reference_got):
+    """What shows the op is meant to take the new dim (``engine.exploration.verdicts``), from its forward and the
+    reference's on the variant of exact copies."""
+    found = []
+    if _batched(context, expected, got):
+        found.append(BATCHED)
+    if references is not None:
+        found.append("reference= treats the new dim as a batch (its outputs there are copies of its outputs on the "
+                     "sample)")
+    elif reference_got is not None and _agree(context, reference_got, got):
+        found.append("reference= agrees with the op's forward there")
+    return found
 
 
 def _moved_apart(case, variant):
@@ -153,25 +193,61 @@ def _moved_apart(case, variant):
     return variant.sample.map(change)
 
 
-def _reference_copies(context, reference, base, variant, dtype):
-    """The reference's outputs on ``variant`` when it reads the new dim as a batch of copies (each copy of an
-    output that has the new dim equals its output on ``base``, for at least one output); None otherwise, or when
-    it raises there."""
+def _reference_runs(context, reference, base, variant, dtype):
+    """The reference's outputs on ``base`` and on ``variant``; (None, None) when it raises on either."""
     try:
         want = [out.detach() for out in context.run_op(context.prepare(base, dtype=dtype), fn=reference)]
         have = [out.detach() for out in context.run_op(context.prepare(variant.sample, dtype=dtype), fn=reference)]
     except (OpRaised, UsageProblem):
-        return None
+        return None, None
     finally:
         context.dtype = dtype
-    atol, rtol = context.tolerance(dtype)
-    compared = False
-    for expected, got in zip(want, have):
-        if tuple(got.shape) == (COPIES, *expected.shape):
-            if any(compare_tensors(expected, copy, atol, rtol) is not None for copy in got.unbind(0)):
-                return None
-            compared = True
-    return have if compared else None
+    return want, have
+
+
+def _copies_of(context, want, have):
+    """Whether the reference reads the new dim as a batch of copies: each copy of an output that has the new dim
+    equals its output on the sample, for at least one output."""
+    stacked = [(expected, got) for expected, got in zip(want, have) if tuple(got.shape) == (COPIES, *expected.shape)]
+    return bool(stacked) and all(_close(context, expected, copy) for expected, got in stacked for copy in got.unbind(0))
+
+
+def _batched(context, expected, got):
+    """Whether the op's forward treats the new dim as a batch: each output on the variant of exact copies is
+    copies of its output on the sample (along the new dim, or with the leading dims flattened), or has its shape
+    and is their mean or sum (a loss)."""
+    if not expected or len(expected) != len(got):
+        return False
+    for want, have in zip(expected, got):
+        if tuple(have.shape) == (COPIES, *want.shape):
+            copies = have.unbind(0)
+        elif want.dim() >= 1 and tuple(have.shape) == (COPIES * want.shape[0], *want.shape[1:]):
+            copies = have.split(want.shape[0])
+        elif tuple(have.shape) == tuple(want.shape):
+            if not (_close(context, want, have) or _close(context, COPIES * want, have)):
+                return False
+            continue
+        else:
+            return False
+        if not all(_close(context, want, copy) for copy in copies):
+            return False
+    return True
+
+
+def _agree(context, reference_got, got):
+    """Whether the reference's outputs on the variant equal the op's, output by output."""
+    return len(reference_got) == len(got) and all(
+        tuple(want.shape) == tuple(have.shape) and _close(context, want, have.to(want.dtype))
+        for want, have in zip(reference_got, got))
+
+
+def _close(context, want, have):
+    atol, rtol = _tolerance(context, want)
+    return compare_tensors(want, have, atol, rtol) is None
+
+
+def _tolerance(context, tensor):
+    return context.tolerance(tensor.dtype if tensor.is_floating_point() or tensor.is_complex() else torch.float64)
 
 
 def _copies_differ(context, variant, expected, got, references):
@@ -206,4 +282,4 @@ def _shape(shape):
     return "(" + ", ".join(str(size) for size in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-__all__ = ["HINT", "STRATEGY", "LeadingDim", "judge", "leading_variants"]
+__all__ = ["HINT", "HOW", "STRATEGY", "LeadingDim", "judge", "leading_variants", "missing"]

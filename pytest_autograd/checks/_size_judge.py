@@ -49,6 +49,7 @@ from pytest_autograd.engine.execution import (
 from pytest_autograd.results.compare import compare_tensors, dtype_label, fmt
 
 RIGHT, WRONG, REFUSED, OUTSIDE, UNRESOLVED = "right", "wrong", "refused", "outside", "unresolved"
+NOTED = "noted"  # wrong, but without evidence that the op is meant to work there: noted (engine.exploration.verdicts)
 EXHAUSTIVE_ELEMENTS = 8  # the full Jacobian only for variants this small (2 evaluations an element); probes above
 LOW_PRECISION_K = 8.0  # the op may be this many times as far from float64 as the reference, or as itself at the sample
 NOISE_K = 8.0  # ... or this many times as far as its own result moves when its inputs move by one rounding
@@ -59,8 +60,8 @@ STRATEGY_REFERENCE = "outputs and gradients in float64 against the reference's (
 
 @dataclass
 class Verdict:
-    """What one variant showed: right, wrong (with the worst element), refused, outside or unresolved (central
-    differences in a low dtype could not judge it), with why."""
+    """What one variant showed: right, wrong (with the worst element), refused, outside, unresolved (central
+    differences in a low dtype could not judge it) or noted (wrong without evidence), with why."""
 
     status: str
     what: str = None  # "gradient w.r.t. `x`", "output 1"
@@ -74,6 +75,7 @@ class Verdict:
     derivative: object = None  # the DerivativeError behind a wrong gradient (for the derivative hints)
     evidence: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    grounds: list = field(default_factory=list)  # what shows the op is meant to work at the variant (verdicts)
 
 
 class Judge:

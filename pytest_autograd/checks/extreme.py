@@ -72,6 +72,7 @@ def magnitudes(dtype):
 
 class Extreme(Check):
     name = "extreme"
+    explores = True  # judges inputs the user did not give (engine.exploration.verdicts)
     random_draws_differ = "a run in the dtype and the float64 truth draw different numbers from one seed"
     description = ("outputs and gradients finite and right (against the reference, or the op in float64) at "
                    "moderate, large and tiny input magnitudes")

@@ -200,6 +200,7 @@ LAYOUTS = [
 
 class NonContiguous(Check):
     name = "noncontiguous"
+    explores = True  # judges inputs the user did not give (engine.exploration.verdicts)
     description = "transposed, sliced, expanded and channels-last inputs and grad_outputs give the same results"
     random_draws_differ = "torch.rand_like of a transposed input draws in its memory order"
 

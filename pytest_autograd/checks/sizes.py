@@ -29,24 +29,29 @@ import torch
 from pytest_autograd.checks._float64_support import float64_plan
 from pytest_autograd.checks._hints import derivative_hint
 from pytest_autograd.checks._leading_dim import HINT as LEADING_HINT
+from pytest_autograd.checks._leading_dim import HOW as LEADING_HOW
 from pytest_autograd.checks._leading_dim import STRATEGY as LEADING_STRATEGY
 from pytest_autograd.checks._leading_dim import judge as judge_leading_dim
 from pytest_autograd.checks._leading_dim import leading_variants
+from pytest_autograd.checks._leading_dim import missing as leading_missing
 from pytest_autograd.checks._size_hints import pattern_hint
 from pytest_autograd.checks._size_samples import given_size_samples, judge_size_samples
 from pytest_autograd.checks._size_judge import (
     COMPILE_SECONDS,
     INVALID_GRADIENT,
+    NOTED,
     OUTSIDE,
     REFUSED,
     RIGHT,
     UNRESOLVED,
     WRONG,
     Judge,
+    Verdict,
     first_call_may_compile,
     size_ratio,
 )
 from pytest_autograd.checks._size_variants import (
+    DECLARED,
     LARGE,
     PRIORITY,
     axes_of,
@@ -63,6 +68,8 @@ from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.budget import call_with_limit
 from pytest_autograd.engine.device_faults import DeviceFault
+from pytest_autograd.engine.exploration import verdicts
+from pytest_autograd.engine.exploration.verdicts import Mismatch
 from pytest_autograd.engine.execution import has_floating_input
 from pytest_autograd.engine.outcomes import skip
 from pytest_autograd.results.compare import dtype_label, fmt
@@ -73,6 +80,8 @@ VARIANT_SLOWDOWN = 50.0  # ... or this many times the sample's first variant too
 LARGE_SECONDS = 1.0  # a several-blocks size whose judging would take longer is made smaller ...
 LEADING_ELEMENTS = 1 << 11  # the leading dim is added to the sample cut to this many elements (a rank bug shows at any)
 PROBE_SECONDS = 0.25  # ... as timed by one forward there, stopped after this long
+AT_YOUR_RANK = ("a size of a dim your sample has, at your sample's number of dims, which the op accepts (a size it "
+                "does not support should raise, or be left out with sizes=)")
 NOT_SUPPORTED = ("if the op does not support size {size} by design, make it raise there (a size the op refuses is "
                  "noted, not failed), or declare what it supports on the marker: sizes={{{sample}: [...]}} with the "
                  "sizes to try, or sizes={{{sample}: None}} to keep it fixed")
@@ -90,6 +99,7 @@ class Task:
 
 class Sizes(Check):
     name = "sizes"
+    explores = True  # judges inputs the user did not give (engine.exploration.verdicts)
     description = ("gradients right at sizes the samples do not have: each dimension size at +1, -1, 1, an odd size "
                    "past a power of two, 11/19/45, a multi-block size, and with one more leading dim")
     options = {"sizes": None, "size_samples": None, "dtypes": None, **OPTION}
@@ -191,6 +201,9 @@ class _Run:
         seconds = time.perf_counter() - start
         self.first_seconds.setdefault(task.index, (seconds, elements))
         verdict = finished.value
+        if verdict.status == WRONG and not pattern and not verdicts.fails(
+                context, Mismatch(_when(task), _seen(verdict), judge.dtype), _grounds(task)):
+            verdict = Verdict(NOTED, reason="a mismatch noted, not judged (see the note)")
         seen[task.size] = verdict
         if verdict.status == REFUSED and verdict.raised is not None and task.size != task.axis.size:
             self._raise_if_the_sample_raises(task.index, sample, judge)
@@ -500,6 +513,7 @@ def _report_leading(context, run, index, verdict):
     variant, base, cuts, judge = run.leading[index]
     context.sample_index, context.dtype = index, judge.dtype
     when, details, hint = variant.describe(), [], LEADING_HINT
+    grounds, missing = verdict.grounds, leading_missing(context.case.reference)
     if cuts:
         details.append(f"judged with the sample's sizes cut to keep the variant small ({describe_cut_list(cuts)})")
     if verdict.raised is None and verdict.strategy != LEADING_STRATEGY:
@@ -511,6 +525,11 @@ def _report_leading(context, run, index, verdict):
                      "there; sizes judges what depends on the shape once the sample is right")
             verdict, when, hint = at_base, f"with your sample's sizes cut ({describe_cut_list(cuts)})", None
             details = ["right at your sample's sizes; wrong with the cuts alone, before any leading dim is added"]
+            grounds = [AT_YOUR_RANK]
+    if not verdicts.fails(context, Mismatch(when, _seen(verdict), judge.dtype), grounds, missing, LEADING_HOW):
+        return
+    if hint is LEADING_HINT:  # the leading dim's own failure: say what shows the op is meant to take it
+        details.append(verdicts.evidence_line(grounds))
     if judge.dtype != torch.float64 and verdict.strategy != LEADING_STRATEGY:
         details.append(f"judged coarsely (central differences in {dtype_label(judge.dtype)})")
     if verdict.strategy:
@@ -533,6 +552,21 @@ def _try_on(verdict, leading, variants):
     later = variants[variants.index(leading) + 1:]
     return (verdict.status == WRONG and verdict.raised is not None and INVALID_GRADIENT in str(verdict.raised.error)
             and any(other.slots[0] == leading.slots[0] and len(other.slots) > len(leading.slots) for other in later))
+
+
+def _grounds(task):
+    """What shows the op is meant to work at ``task``'s size (``engine.exploration.verdicts``)."""
+    if task.kind == DECLARED:
+        return [f"sizes= on the marker declares {task.size}"]
+    return [AT_YOUR_RANK]
+
+
+def _when(task):
+    return f"when {_dim(task.axis)} (size {task.axis.size} in your sample) is {task.size}"
+
+
+def _seen(verdict):
+    return f"{verdict.what} is off ({verdict.worst or verdict.error})"
 
 
 def _elements(sample):

@@ -13,7 +13,11 @@ from pytest_autograd.engine.execution import op_failure
 from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
 from pytest_autograd.engine.random_draws import FixedDraws, draws_from_global_generator
 from pytest_autograd.engine.seeding import seed_torch
-from pytest_autograd.engine.triton_interpreter import interpreter_refusal, watching_interpreted_dtypes
+from pytest_autograd.engine.triton_interpreter import (
+    interpreter_refusal,
+    judge_on_a_gpu,
+    watching_interpreted_dtypes,
+)
 from pytest_autograd.engine.torch_noise import quiet_torch_machinery
 from pytest_autograd.results.report import CheckFailure, Report
 
@@ -111,8 +115,12 @@ def _failure_of(check, context, reseed):
     except CheckFailure as raised:
         refusal = untrusted(raised.report.dtype)
         if refusal and _looks_like_garbage(raised.report):
+            if getattr(check, "explores", False):  # on an input the user did not give: a note (verdicts)
+                _note_unjudged(context, check, raised.report, untrusted.why(raised.report.dtype))
+                return None
             raise CheckSkipped(refusal) from None
-        if refusal:  # sane numbers: a kernel computing in float32 and storing bfloat16 is judged as it is
+        if refusal:  # sane numbers: a kernel computing in float32 and storing bfloat16 is judged as it is (the
+            # exploring checks that compare with a float64 truth have noted such mismatches themselves)
             raised.report.details.append(f"note: {refusal}")
         return raised
     except device_faults.DeviceFault as fault:
@@ -177,20 +185,33 @@ def _not_run_after_fault(check, context, earlier):
         hint="fix the op that faulted first, or run this item alone to judge it: its own verdict is unknown"))
 
 
+def _note_unjudged(context, check, report, why):
+    """An exploring check's failure with the interpreter's garbage in a dtype it computes wrongly, as the note that
+    replaces it."""
+    from pytest_autograd.engine.exploration.verdicts import Mismatch, not_judged
+
+    dtype = report.dtype
+    context.sample_index = report.sample if isinstance(report.sample, int) else None
+    context.note(f"{check.name}: " + not_judged(Mismatch(f"in {dtype}", report.summary, dtype), why,
+                                                judge_on_a_gpu(dtype)))
+    context.sample_index = None
+
+
 GARBAGE_FACTOR = 1e6  # computed values this many times larger than the expected ones are no kernel's arithmetic
 
 
 def _looks_like_garbage(report):
-    """Whether a failure shows the numbers of broken arithmetic (non-finite, or off by orders of magnitude)
-    rather than a kernel's mistake. Without the tensors to tell, the failure stands (with the note)."""
+    """Whether a failure shows the numbers of broken arithmetic (inf or NaN on one side only, or off by orders of
+    magnitude either way) rather than a kernel's mistake: both sides may be the op's own interpreted runs (aliasing,
+    noncontiguous). Without the tensors to tell, the failure stands (with the note)."""
     if not report.evidence:
         return False
     for evidence in report.evidence:
         expected, got = evidence.expected, evidence.got
-        if not bool(torch.isfinite(got).all()) and bool(torch.isfinite(expected).all()):
+        if bool(torch.isfinite(got).all()) != bool(torch.isfinite(expected).all()):
             return True
-        scale = float(expected.abs().max()) if expected.numel() else 0.0
-        if got.numel() and float(got.abs().max()) > GARBAGE_FACTOR * max(scale, 1e-30):
+        scales = [float(side.abs().max()) if side.numel() else 0.0 for side in (expected, got)]
+        if max(scales) > GARBAGE_FACTOR * max(min(scales), 1e-30):
             return True
     return False
 

@@ -149,25 +149,59 @@ def _measure(dtype_label):
     return f"x * x + x off by {error:.3g} on values of magnitude 3"
 
 
+_WATCHES = []  # the _Watch of each watching_interpreted_dtypes block under way, innermost last
+
+
+class _Watch:
+    """What a block under the interpreter can tell about a dtype: ``why(dtype)`` its numbers cannot be trusted;
+    called, the same with how to judge them."""
+
+    def __init__(self, count):
+        self.count = count  # interpreted launches so far (None: unknowable, assume some)
+
+    def why(self, dtype):
+        if not dtype or not (self.count is None or self.count[0]):
+            return None
+        problem = interpreter_arithmetic_problem(dtype)
+        if problem is None:
+            return None
+        return (f"{ENV}=1: Triton's interpreter computes {dtype} arithmetic wrongly here (its self-test: {problem}), "
+                f"so a {dtype} mismatch of an op that launches Triton kernels says nothing about the kernel")
+
+    def __call__(self, dtype):
+        why = self.why(dtype)
+        return f"{why}; {judge_on_a_gpu(dtype)}" if why else None
+
+
 @contextmanager
 def watching_interpreted_dtypes():
-    """Yields ``refusal(dtype_label)``: why a verdict in that dtype on the code run in the block cannot be
-    trusted (interpreted kernels ran, and the interpreter computes that dtype wrongly), else None."""
+    """Yields ``refusal(dtype_label)``: why a verdict in that dtype on the code run in the block cannot be trusted
+    (interpreted kernels ran, and the interpreter computes that dtype wrongly), and how to judge it; else None.
+    ``refusal.why(dtype_label)`` says why alone. Code run in the block may ask through :func:`untrusted_dtype`."""
     if not interpreter_on() or sys.modules.get("triton.runtime.interpreter") is None:
-        yield lambda dtype: None
+        yield _Watch([0])  # no kernel can run interpreted
         return
     with counting_interpreted_launches() as count:
-        def refusal(dtype):
-            if not dtype or not (count is None or count[0]):
-                return None
-            problem = interpreter_arithmetic_problem(dtype)
-            if problem is None:
-                return None
-            return (f"{ENV}=1: Triton's interpreter computes {dtype} arithmetic wrongly here (its self-test: "
-                    f"{problem}), so a {dtype} mismatch of an op that launches Triton kernels says nothing about "
-                    f"the kernel; judge {dtype} on a GPU")
+        watch = _Watch(count)
+        _WATCHES.append(watch)
+        try:
+            yield watch
+        finally:
+            _WATCHES.pop()
 
-        yield refusal
+
+def untrusted_dtype(dtype):
+    """Why numbers computed in ``dtype`` (a torch dtype or its label) so far in the check under way cannot be
+    trusted: the op launched interpreted kernels and Triton's interpreter computes that dtype wrongly. None when
+    they can be (no interpreter, no kernel launched, a dtype it computes right, no check under way)."""
+    if not _WATCHES or dtype is None:
+        return None
+    return _WATCHES[-1].why(str(dtype).replace("torch.", ""))
+
+
+def judge_on_a_gpu(dtype):
+    """How to judge ``dtype`` where the interpreter cannot."""
+    return f"judge {dtype} on a GPU"
 
 
 # What torch says when FakeTensor tracing (opcheck's fake tensor and aot dispatch tests, torch.compile) reaches
