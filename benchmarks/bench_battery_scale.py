@@ -44,6 +44,11 @@ of ``reference_ops.scale``; gradcheck the wrong single element).
     OMP_NUM_THREADS=1 python benchmarks/bench_battery_scale.py
     python benchmarks/bench_battery_scale.py --families gelu --sizes 1M 4M --repeat 3 --threads 1
     python benchmarks/bench_battery_scale.py --detection --sizes 256k 1M 4M
+    python benchmarks/bench_battery_scale.py --clock wall --isolate off     # against the default, explore
+
+``--isolate`` chooses where the checks run (docs/isolation.md): the default
+runs sizes, noncontiguous and extreme in the sandbox process, whose time only
+``--clock wall`` sees.
 """
 
 from __future__ import annotations
@@ -121,7 +126,7 @@ def ours(family, args, checks, registry=None, reference=None, op=None):
     """Seconds of run_checks; a failed verdict is a finding, printed, and the run's exit status."""
     start = clock()
     outcomes = run_checks(op or family.op, samples=[Sample(*args)], reference=reference, checks=checks,
-                          registry=registry)
+                          registry=registry, isolate=ours.isolate)
     elapsed = clock() - start
     failed = [o for o in outcomes if o.status == "failed"]
     for outcome in failed:
@@ -132,6 +137,7 @@ def ours(family, args, checks, registry=None, reference=None, op=None):
 
 
 ours.failures = 0
+ours.isolate = "explore"
 
 
 PYTEST_BODY = """
@@ -308,6 +314,8 @@ def main(argv=None):
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu",
                         help="cpu: the process's CPU time (steady on a shared machine with --threads 1); wall: elapsed")
     parser.add_argument("--detection", action="store_true", help="planted bugs at every size instead of timings")
+    parser.add_argument("--isolate", choices=["explore", "all", "off"], default="explore",
+                        help="where the checks run (docs/isolation.md); the sandbox's time counts with --clock wall")
     parser.add_argument("--pytest", action="store_true",
                         help="also time the battery as pytest runs it: one item per check, sharing one case")
     args = parser.parse_args(argv)
@@ -315,6 +323,10 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     global clock
     clock = CLOCKS[args.clock]
+    ours.isolate = args.isolate
+    if args.isolate != "off" and args.clock == "cpu":
+        print("note: --clock cpu counts this process only, not the sandbox's work: compare isolation modes with "
+              "--clock wall", flush=True)
     sizes = [parse_size(s) for s in args.sizes]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} time, median of {args.repeat}, "
           f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}, "

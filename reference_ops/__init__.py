@@ -37,6 +37,9 @@
   gradient away from ties.
 * :mod:`reference_ops.flash_attention` -- attention as FlashAttention-2 computes it (backward from ``o`` and
   ``lse``), and a twin whose backward recomputes the probabilities from an unshifted ``exp``.
+* :mod:`reference_ops.crashing` -- ops whose native code crashes the process (a gather with no bounds check,
+  a backward reading a strided grad_output as contiguous, a forward reading address 0), for the checks that
+  must report a crash and go on.
 * :mod:`reference_ops.extension` -- a C++ extension op.  Its names
   (``load_extension``, ``ExtLinearFunction``, ``ExtLinear``,
   ``extension_available``, ``cuda_extension_available``) are available here
@@ -67,7 +70,8 @@ _EXTENSION_EXPORTS = frozenset(
         "cuda_extension_available",
     }
 )
-_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "extension", "fused", "low_precision_reductions",
+_LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "crashing", "extension", "flash_attention", "fused",
+                              "low_precision_reductions",
                               "memory_saving", "mixed_precision", "model", "modules", "normalization", "scale",
                               "selection", "sizes", "sizes_triton", "state", "statistics_outputs", "triton_layer_norm",
                               "triton_ops"})

@@ -99,3 +99,44 @@ def test_a_derivative_failure_of_an_op_drawing_only_in_forward_gets_the_usual_hi
     (outcome,) = run_checks(NoiseTimesTwoBackwardForgetsTheTwo, samples=noise_samples(), checks=["gradcheck"])
     assert outcome.status == "failed"
     assert "backward draws random numbers" not in outcome.detail
+
+
+class DropoutOwnGenerator(torch.autograd.Function):
+    """Dropout whose mask comes from a torch.Generator of its own, saved for backward: correct when called plainly."""
+
+    generator = torch.Generator().manual_seed(0)
+
+    @staticmethod
+    def forward(ctx, x):
+        keep = (torch.rand(x.shape, generator=DropoutOwnGenerator.generator) >= 0.3).to(x.dtype) / 0.7
+        ctx.save_for_backward(keep)
+        return x * keep
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return grad * keep
+
+
+class NoiseFromNumpy(torch.autograd.Function):
+    """Multiplicative noise drawn from numpy's global generator, saved for backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        import numpy
+
+        scale = 1 + 0.1 * torch.from_numpy(numpy.random.randn(*x.shape)).to(x.dtype)
+        ctx.save_for_backward(scale)
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        return grad * scale
+
+
+def test_ops_drawing_from_a_generator_of_their_own_or_numpys_pass_both_derivative_checks():
+    for op in (DropoutOwnGenerator, NoiseFromNumpy):
+        for x in (torch.randn(6, 8), torch.randn(200, 300)):  # the full Jacobian, and probes
+            outcomes = run_checks(op, x, checks=["gradcheck", "gradgradcheck"])
+            assert [o.status for o in outcomes] == ["passed", "passed"], (op.__name__, [o.detail for o in outcomes])

@@ -1,5 +1,6 @@
-"""An op that crashes the interpreter (segfault, abort) under pytest-xdist: the item fails naming the op and the
-check, the summary counts it, and the rest of the session runs and reports."""
+"""An op that crashes the interpreter (segfault, abort) in pytest's own process under pytest-xdist
+(``--autograd-isolate=off``; by default the crash happens in the sandbox, see test_crash_isolation.py): the item
+fails naming the op and the check, the summary counts it, and the rest of the session runs and reports."""
 
 import pytest
 
@@ -31,10 +32,11 @@ def test_relu():
 """
 
 
-def test_a_crashing_op_fails_its_item_and_the_session_goes_on_under_xdist(pytester):
+def test_a_crashing_op_fails_its_item_and_the_session_goes_on_under_xdist_without_isolation(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_ops=CRASHING)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1", "--junitxml=junit.xml")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1", "--junitxml=junit.xml",
+                                           "--autograd-isolate=off")
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines([
         "ReadsAddressZero crashed the Python process during check gradcheck on cpu: a segfault or abort in its "

@@ -75,7 +75,7 @@ def test_an_abort_is_a_crash_naming_sigabrt(worker):
 
 def test_a_task_past_its_timeout_is_stopped_as_hung_and_the_worker_goes_on(worker):
     outcome = worker.run(sleep, 30, timeout=0.5)
-    assert outcome.hung == 0.5 and outcome.crash is None
+    assert outcome.hung == 0.5 and not outcome.returned
     assert worker.run(pid).returned
 
 
@@ -146,3 +146,9 @@ def test_a_script_calling_run_checks_without_a_main_guard_is_not_run_again_in_th
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("script body ran") == 1
     assert "['passed']" in done.stdout
+
+
+def test_a_hung_task_says_where_it_waited(worker):
+    outcome = worker.run(sleep, 30, timeout=1.0)
+    assert outcome.hung == 1.0
+    assert "in sleep" in outcome.crash.log  # faulthandler's stack, asked for before the child was stopped

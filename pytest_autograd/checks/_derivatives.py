@@ -32,7 +32,7 @@ from pytest_autograd.checks._numerical import (
 )
 from pytest_autograd.checks._patterns import mark_nonlinear
 from pytest_autograd.checks._probing import probing
-from pytest_autograd.checks._same_draws import DEFAULT_SEED, device_of, with_same_draws
+from pytest_autograd.checks._same_draws import default_draws, with_same_draws
 from pytest_autograd.checks._ties import find_ties, group_direction, tie_free
 from pytest_autograd.engine.execution import grads_of, random_cotangents
 from pytest_autograd.results.compare import fmt_index
@@ -45,7 +45,7 @@ EXHAUSTIVE_LIMIT = 1024  # elements in and out below which the full Jacobian is 
 
 def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL, rtol=RTOL, eps=EPS,
                           exhaustive_limit=EXHAUSTIVE_LIMIT, numerical_needs_grad=False, notes=None, outputs=None,
-                          judge_ties=True, nondifferentiable=(), precomputed=None, draws_seed=DEFAULT_SEED):
+                          judge_ties=True, nondifferentiable=(), precomputed=None, draws=None):
     """Return the worst DerivativeError, or None when derivatives agree.
 
     Kinks and ties are added to ``notes`` (a KinkNotes), never reported as
@@ -53,11 +53,12 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
     its graph), saving one evaluation. ``nondifferentiable``: positions of outputs the op declares
     non-differentiable (see ``declared_nondifferentiable``), not judged. ``precomputed`` (a
     ``_numerical.Precomputed``): the cotangents, analytical gradients and first probes another computation of
-    the same sample made. ``draws_seed``: every evaluation of ``fn`` starts torch's generators from it, so an op
-    drawing random numbers draws alike in each (``_same_draws``); ``outputs`` and ``precomputed``, when given, must
-    come from evaluations started from it too.
+    the same sample made. ``draws`` (a ``_same_draws.Draws``): where every evaluation of ``fn`` starts its random
+    numbers, so an op drawing them draws alike in each; ``outputs`` and ``precomputed``, when given, must come from
+    evaluations started from it too.
     """
-    fn = with_same_draws(fn, draws_seed, device_of(leaves))
+    draws = default_draws(leaves) if draws is None else draws
+    fn = with_same_draws(fn, draws)
     outputs = fn(leaves) if outputs is None else outputs
     diff = [k for k, out in enumerate(outputs) if out.is_floating_point() and k not in nondifferentiable]
     outputs = [outputs[k] for k in diff]
@@ -96,7 +97,7 @@ def find_derivative_error(fn, leaves, names, output_names, generator, atol=ATOL,
         found = _around_ties(found, evaluator, outputs, cotangents, analytical, generator, names, output_names,
                              notes, atol=atol, rtol=rtol, eps=eps, exhaustive_limit=exhaustive_limit,
                              numerical_needs_grad=numerical_needs_grad, nondifferentiable=nondifferentiable,
-                             draws_seed=draws_seed)
+                             draws=draws)
     return found
 
 

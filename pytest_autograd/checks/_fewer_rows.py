@@ -56,10 +56,13 @@ from pytest_autograd.checks._agreement import agree
 from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.engine.dispatch_mode import DispatchMode
 from pytest_autograd.engine.execution import OpRaised, grads_of, prepare, run_op
+from pytest_autograd.engine.exploration import Variant, attempt
 from pytest_autograd.engine.outcomes import UsageProblem
 
 ROWS_ELEMENTS = 1 << 14  # a sample whose largest tensor holds more is judged on its first rows ...
 MIN_ROWS = 2  # ... at least this many
+CUT = ("the plugin cut the batch there, and an index argument may still point past the rows it kept: the whole "
+       "sample is judged instead")
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,9 @@ def _cut(context, sample):
             continue
         tried.append(followers)
         cut = sample.map(lambda s, v: v.narrow(0, 0, rows).clone() if s in followers else v)  # noqa: B023
-        found = _traced(context, cut, size, rows)
+        variant = Variant(context.check_name, f"on the first {rows} of the {size} rows of "
+                                              f"`{context.case.arg_name(slot)}`", unvouched=CUT)
+        found = attempt(context, variant, lambda: _traced(context, cut, size, rows), otherwise=None)  # noqa: B023
         if found is not None and found.calls == whole.calls and \
                 _first_rows(context, whole.outputs, found.outputs, size, rows) and \
                 _reference_agrees(context, cut, found.outputs):

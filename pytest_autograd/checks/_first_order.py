@@ -16,10 +16,9 @@ graph is dropped at once: holding six graphs costs more in fresh memory
 than running the forwards again). Its draws (``v``, the ``d_k`` and the
 ``u_k``) come from a generator of its own, seeded by the run, not by the
 check, so a check's verdict is the same whether it found the work done or
-did it itself. Every evaluation of the op starts torch's generators from
-one seed, ``draws_seed``, which the derivative engine starts its own
-evaluations from too: an op drawing random numbers draws alike in each
-(``_same_draws``).
+did it itself. Every evaluation of the op starts its random numbers from
+one ``_same_draws.Draws``, which the derivative engine starts its own
+evaluations from too: an op drawing random numbers draws alike in each.
 
 The checks of one ``run_checks`` call (the fixtures, the model scan, a
 script) share one case, and so one FirstOrder per sample and device; so do
@@ -32,7 +31,7 @@ import torch
 
 from pytest_autograd.checks._derivatives import EPS
 from pytest_autograd.checks._probing import PROBES
-from pytest_autograd.checks._same_draws import draws_seed, start_draws
+from pytest_autograd.checks._same_draws import draws_for
 from pytest_autograd.engine.draws import probe_direction
 from pytest_autograd.engine.execution import (
     OpRaised,
@@ -56,7 +55,7 @@ class FirstOrder:
     # follow, over the cotangents of the outputs that require grad (``u_k``; gradgradcheck's is the whole).
     drawn: list
     second: bool  # gradgradcheck is to come: its share is computed with gradcheck's
-    draws_seed: int  # torch's generators start from it at every evaluation of the op (``_same_draws``)
+    draws: object  # where every evaluation of the op starts its random numbers (``_same_draws.Draws``)
     spent: bool = False  # a backward wrote into what the forward saved: the first gradients' graph is spoilt
     eps: float = EPS
     _backwards: dict = field(default_factory=dict)  # (k, sign) -> first gradients there, or the OpRaised
@@ -97,7 +96,7 @@ class FirstOrder:
         numel = self.numel
         moved = _moved(self.leaves, self.drawn[k][:numel], sign * self.eps)
         case = self.context.case
-        start_draws(self.leaves[0].device, self.draws_seed)
+        self.draws.start()
         if not self.second:
             with torch.no_grad():
                 return [out.detach() for out in run_op(case, self.prepared, moved, clone_leaves=False)]
@@ -138,10 +137,9 @@ def first_order(context, index, prepared, second):
 
 def _first_order(context, index, prepared, second):
     generator = torch.Generator().manual_seed(context.shared_work_seed("first-order", index))
-    seed = draws_seed(context, index)
-    start_draws(context.device, seed)
+    draws = draws_for(context, index)
     with torch.enable_grad():
-        outputs = run_op(context.case, prepared)
+        outputs = draws.evaluate(run_op, context.case, prepared)
         declared = declared_nondifferentiable(context.case, outputs)
         positions = [k for k, out in enumerate(outputs) if out.is_floating_point() and k not in declared]
         drawn = random_cotangents([outputs[k] for k in positions], generator)
@@ -151,7 +149,7 @@ def _first_order(context, index, prepared, second):
     numel = sum(leaf.numel() for leaf in prepared.leaves)
     second_numel = sum(c.numel() for k, c in cotangents.items() if outputs[k].requires_grad) if second else 0
     drawn = [probe_direction(numel + second_numel, generator, prepared.leaves[0].device) for _ in range(PROBES)]
-    return FirstOrder(context, prepared, outputs, cotangents, grads, drawn, second, seed)
+    return FirstOrder(context, prepared, outputs, cotangents, grads, drawn, second, draws)
 
 
 def plan_and_first_order(context, index, sample, second):

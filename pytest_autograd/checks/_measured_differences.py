@@ -22,7 +22,7 @@ import torch
 
 from pytest_autograd.checks._domain_edges import elements_leaving_the_domain
 from pytest_autograd.checks._numerical import DerivativeError, pick, spent_graph
-from pytest_autograd.checks._same_draws import DEFAULT_SEED, device_of, with_same_draws
+from pytest_autograd.checks._same_draws import default_draws, with_same_draws
 from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
@@ -57,7 +57,7 @@ class Unresolved(str):
 
 
 def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=False, kinks=None, ties=None,
-                             unresolved=None, domain=None, draws_seed=DEFAULT_SEED):
+                             unresolved=None, domain=None, draws=None):
     """Worst DerivativeError of ``fn(leaves) -> outputs`` (leaves in ``dtype``), or None.
 
     ``unresolved``, a list, receives ``(argument name, what a probe measured)``
@@ -69,9 +69,9 @@ def find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad=Fal
     clamp, max with ties), noted rather than failed. ``ties``, a list: a
     failure where arguments hold tied values is judged again at a tie-free
     point (see ``_ties``); when it passes there, the ties are described in it. Every evaluation of ``fn`` starts
-    torch's generators from ``draws_seed``, so an op drawing random numbers draws alike in each (``_same_draws``).
+    its random numbers from ``draws`` (a ``_same_draws.Draws``), so an op drawing them draws alike in each.
     """
-    fn = with_same_draws(fn, draws_seed, device_of(leaves))
+    fn = with_same_draws(fn, default_draws(leaves) if draws is None else draws)
     found = _find_low_precision_error(fn, leaves, names, generator, dtype, needs_grad, kinks, unresolved, domain)
     if found is None or found.smooth or ties is None:
         return found

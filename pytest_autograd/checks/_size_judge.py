@@ -46,6 +46,7 @@ from pytest_autograd.engine.execution import (
     output_label,
     random_cotangents,
 )
+from pytest_autograd.engine.exploration.isolation import seconds_in_trials
 from pytest_autograd.results.compare import compare_tensors, dtype_label, fmt
 
 RIGHT, WRONG, REFUSED, OUTSIDE, UNRESOLVED = "right", "wrong", "refused", "outside", "unresolved"
@@ -121,14 +122,14 @@ class Judge:
         from pytest_autograd.engine.budget import call_with_limit
 
         def forward():
-            start = time.perf_counter()
+            start, trials = time.perf_counter(), seconds_in_trials()
             try:
                 self.context.run_op(self.context.prepare(variant, dtype=self.dtype))
             except (OpRaised, UsageProblem):
                 return 0.0
             if self.context.device.startswith("cuda"):
                 torch.cuda.synchronize(self.context.device)  # kernels run asynchronously: wait for them
-            return max(time.perf_counter() - start, 1e-9)
+            return max(time.perf_counter() - start - (seconds_in_trials() - trials), 1e-9)  # the op's time alone
 
         try:
             first_limit = max(limit, COMPILE_SECONDS) if first_call_may_compile(self.context.device) else limit

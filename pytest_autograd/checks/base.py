@@ -32,6 +32,9 @@ class Check:
     ``random_draws_differ``: for a check comparing runs that cannot draw the same random numbers, what differs
     between them; a failure on an op drawing from torch's global generator is then judged again with its draws
     fixed by position (``engine.random_draws``).
+    ``explores``: True for a check that runs the op on inputs the user did not give (other sizes, layouts,
+    magnitudes): it runs whole in the sandbox process, where a crash of the op is a verdict
+    (``engine.exploration``).
     """
 
     name = None
@@ -40,6 +43,7 @@ class Check:
     options = {}
     times_the_op = False
     random_draws_differ = None
+    explores = False
 
     def applies(self, case, device):
         """Return None when the check applies, else the reason it is skipped."""

@@ -45,14 +45,16 @@ from pytest_autograd.checks._transforms import (
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.budget import call_with_limit
 from pytest_autograd.engine.execution import OpRaised
+from pytest_autograd.engine.exploration import CRASHED, Variant, attempt
 from pytest_autograd.engine.outcomes import skip
-from pytest_autograd.results.compare import fmt
+from pytest_autograd.results.compare import dtype_label, fmt
 
 TINY = "tiny: squares underflow to 0"
 MODERATE = {
     "moderate: saturating tails begin": 6.0,
     "moderate: tanh and sigmoid saturate": 20.0,
 }
+SCALED = "the plugin scaled your values to that magnitude, which the op need not accept"
 REACHED = 2.0  # a sample whose inputs' largest |element| lies within this factor of a magnitude is already there
 MAGNITUDE_SECONDS = 2.0  # each magnitude may take at least this long ...
 MAGNITUDE_SLOWDOWN = 50.0  # ... or this many times the first (smallest) magnitude took
@@ -72,7 +74,7 @@ def magnitudes(dtype):
 
 class Extreme(Check):
     name = "extreme"
-    explores = True  # judges inputs the user did not give (engine.exploration.verdicts)
+    explores = True  # builds inputs the user did not give: judged by engine.exploration, run in the sandbox
     random_draws_differ = "a run in the dtype and the float64 truth draw different numbers from one seed"
     description = ("outputs and gradients finite and right (against the reference, or the op in float64) at "
                    "moderate, large and tiny input magnitudes")
@@ -143,9 +145,14 @@ def _check_dtype(context, dtype, notes):
                 continue
             start = time.perf_counter()
             if where == TINY:  # products of inputs underflow by design: only finiteness is judged, an input at a time
-                finished = call_with_limit(limit, lambda: _tiny(judge, magnitude, _in_call_order(sample, slots)))
+                run = lambda: _tiny(judge, magnitude, _in_call_order(sample, slots))  # noqa: E731
             else:
-                finished = call_with_limit(limit, lambda: judge.at(where, magnitude))
+                run = lambda: judge.at(where, magnitude)  # noqa: E731
+            variant = Variant(context.check_name, f"for inputs scaled to max |x| = {label} in {dtype_label(dtype)}",
+                              unvouched=SCALED)
+            finished = call_with_limit(limit, lambda: attempt(context, variant, run))  # noqa: B023
+            if finished.value is CRASHED:
+                continue
             if finished.expired is not None:
                 stopped_at = magnitude
                 notes.setdefault(f"stopped after {fmt(limit)} s (the op is far slower there than at smaller "

@@ -72,7 +72,7 @@ class GradCheck(Check):
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
                 notes=notes, outputs=outputs, nondifferentiable=declared, precomputed=_precomputed(context, shared),
-                draws_seed=shared.draws_seed, **marker_tolerances(context.case),
+                draws=shared.draws, **marker_tolerances(context.case),
             )
             if error is None:
                 zero = any(g is not None and g.numel() and not bool(g.detach().ne(0).any()) for g in shared.grads)

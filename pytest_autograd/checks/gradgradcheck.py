@@ -113,7 +113,7 @@ class GradGradCheck(Check):
                 error = find_derivative_error(
                     backward, leaves, leaf_names, [f"grad {name}" for name in prepared.names], context.generator,
                     numerical_needs_grad=True, notes=notes, outputs=first, precomputed=precomputed,
-                    draws_seed=shared.draws_seed, **marker_tolerances(context.case),
+                    draws=shared.draws, **marker_tolerances(context.case),
                 )
                 plan = plan_after_float64_pass(context, sample, notes, noted_before) if error is None else None
                 notes.flush(context)

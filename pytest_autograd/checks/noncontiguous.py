@@ -44,6 +44,7 @@ from pytest_autograd.checks.base import Check
 from pytest_autograd.checks.mutation import declared_by_marker
 from pytest_autograd.engine.complex_views import as_complex
 from pytest_autograd.engine.device_faults import raise_if_fault
+from pytest_autograd.engine.exploration import OWN_VALUES_IN_A_LAYOUT, Variant, exploring, rehearse
 from pytest_autograd.engine.execution import (
     OpRaised,
     differentiable_indices,
@@ -200,7 +201,7 @@ LAYOUTS = [
 
 class NonContiguous(Check):
     name = "noncontiguous"
-    explores = True  # judges inputs the user did not give (engine.exploration.verdicts)
+    explores = True  # builds inputs the user did not give: judged by engine.exploration, run in the sandbox
     description = "transposed, sliced, expanded and channels-last inputs and grad_outputs give the same results"
     random_draws_differ = "torch.rand_like of a transposed input draws in its memory order"
 
@@ -219,8 +220,10 @@ class NonContiguous(Check):
             baseline = _Baseline(context, prepared)
             for layout in LAYOUTS:
                 plan = _plan(context, prepared, layout, baseline.written)
-                if _check_plan(context, plan, layout, sample, baseline):
-                    ran = True
+                with exploring(context, _variant(plan, layout, list(plan.laid), bool(plan.cotangent), narrows=True),
+                               narrow=lambda: _narrowed(context, plan, layout, baseline)):  # noqa: B023
+                    if _check_plan(context, plan, layout, sample, baseline):
+                        ran = True
         if not ran:
             skip("no argument or output of any sample can be laid out non-contiguously")
 
@@ -235,6 +238,29 @@ class Plan:
     source_slots: list
     laid: dict  # slot -> (name, build contiguous copy, build laid-out tensor), same values
     cotangent: object  # cotangent -> laid-out cotangent, or None
+
+
+def _variant(plan, layout, slots, cotangent, narrows=False):
+    """The layout of ``slots`` (and of grad_output, with ``cotangent``) as an input the op must accept: the user's
+    own values, laid out as autograd lays tensors out."""
+    who = [f"`{plan.laid[slot][0]}`" for slot in slots] + (["grad_output"] if cotangent else [])
+    situation = f"when {' and '.join(who) or 'nothing'} {'is' if len(who) == 1 else 'are'} {layout.name}"
+    return Variant(NonContiguous.name, situation, vouched=OWN_VALUES_IN_A_LAYOUT, hint=HINT, narrows=narrows,
+                   cotangent_layout=plan.cotangent if cotangent else None)
+
+
+def _narrowed(context, plan, layout, baseline):
+    """After a crash with every argument and grad_output laid out: each argument laid out alone, then grad_output
+    alone, so that the failure names the one the op cannot read (a crash fails there, naming it)."""
+    parts = [([slot], False) for slot in plan.laid] + ([([], True)] if plan.cotangent else [])
+    if len(parts) < 2:
+        return
+    for slots, cotangent in parts:
+        with exploring(context, _variant(plan, layout, slots, cotangent)):
+            try:
+                _run(context, plan, set(slots), baseline.cotangents, laid_cotangent=cotangent)
+            except OpRaised:
+                pass
 
 
 def _call_order(prepared):
@@ -419,6 +445,7 @@ def _check_plan(context, plan, layout, sample, baseline):
             return False
     else:
         if layout.cotangent_only:
+            rehearse(context, *plan.prepared.call_args())  # its backward, along the laid-out gradient, elsewhere first
             agrees = baseline.agrees(context, plan)
             if agrees is not False:
                 return bool(agrees)

@@ -68,7 +68,7 @@ from pytest_autograd.checks._surrogate import OPTION, surrogate_reason
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.budget import call_with_limit
 from pytest_autograd.engine.device_faults import DeviceFault
-from pytest_autograd.engine.exploration import verdicts
+from pytest_autograd.engine.exploration import NotJudged, Variant, attempt, exploring, verdicts
 from pytest_autograd.engine.exploration.verdicts import Mismatch
 from pytest_autograd.engine.execution import has_floating_input
 from pytest_autograd.engine.outcomes import skip
@@ -82,6 +82,8 @@ LEADING_ELEMENTS = 1 << 11  # the leading dim is added to the sample cut to this
 PROBE_SECONDS = 0.25  # ... as timed by one forward there, stopped after this long
 AT_YOUR_RANK = ("a size of a dim your sample has, at your sample's number of dims, which the op accepts (a size it "
                 "does not support should raise, or be left out with sizes=)")
+MADE_UP = ("the plugin made that size up, and the op need not accept it (an index or offset argument may still "
+           "point past it): sizes= on the marker declares the sizes it must")
 NOT_SUPPORTED = ("if the op does not support size {size} by design, make it raise there (a size the op refuses is "
                  "noted, not failed), or declare what it supports on the marker: sizes={{{sample}: [...]}} with the "
                  "sizes to try, or sizes={{{sample}: None}} to keep it fixed")
@@ -99,7 +101,7 @@ class Task:
 
 class Sizes(Check):
     name = "sizes"
-    explores = True  # judges inputs the user did not give (engine.exploration.verdicts)
+    explores = True  # builds inputs the user did not give: judged by engine.exploration, run in the sandbox
     description = ("gradients right at sizes the samples do not have: each dimension size at +1, -1, 1, an odd size "
                    "past a power of two, 11/19/45, a multi-block size, and with one more leading dim")
     options = {"sizes": None, "size_samples": None, "dtypes": None, **OPTION}
@@ -179,17 +181,22 @@ class _Run:
         context.sample_index = task.index
         sample = context.case.samples[task.index]
         judge = self._judge_for(task.index, sample)
-        with _naming_the_size_of_a_fault(task):
-            task = self._affordable(task, sample, judge)
-        if task is None:
-            return None
-        shaped = self.shaped(task.index, task.axis, task.size)
-        elements = growth(sample, task.axis, task.size)
-        first = self.first_seconds.get(task.index)
-        limit = self._limit(task.index, elements)
-        start = time.perf_counter()
-        with _naming_the_size_of_a_fault(task):
-            finished = call_with_limit(limit, lambda: judge.at(shaped, size_ratio(task.axis.size, task.size)))
+        asked = task
+        try:
+            with _trying(context, task):
+                task = self._affordable(task, sample, judge)
+            if task is None:
+                return None
+            shaped = self.shaped(task.index, task.axis, task.size)
+            elements = growth(sample, task.axis, task.size)
+            first = self.first_seconds.get(task.index)
+            limit = self._limit(task.index, elements)
+            start = time.perf_counter()
+            with _trying(context, task):
+                finished = call_with_limit(limit, lambda: judge.at(shaped, size_ratio(task.axis.size, task.size)))
+        except NotJudged as crashed:  # noted where it crashed; the other sizes go on
+            seen[asked.size] = Verdict(NOTED, reason=crashed.reason)
+            return seen[asked.size]
         context.sample_index = task.index
         if finished.expired is not None:
             self.stopped[key] = task.size
@@ -243,8 +250,10 @@ class _Run:
         surrogate = surrogate_reason(context.case, self.context.check_name) is not None
         tried = []  # (LeadingDim, Verdict), in order
         for leading in variants:
-            finished = call_with_limit(limit, lambda: judge_leading_dim(
-                context, judge, base, leading, context.case.reference, surrogate=surrogate))
+            variant = Variant(context.check_name, leading.describe(), unvouched=MADE_UP)
+            crashed = Verdict(NOTED, reason="crashed (noted)")
+            finished = call_with_limit(limit, lambda: attempt(context, variant, lambda: judge_leading_dim(  # noqa: B023
+                context, judge, base, leading, context.case.reference, surrogate=surrogate), otherwise=crashed))
             context.sample_index = index
             if finished.expired is not None:
                 context.note(f"sizes: not judged {leading.describe()}: stopped after {fmt(limit)} s (the check's time "
@@ -261,7 +270,7 @@ class _Run:
         self.leading[index] = (leading, base, cuts, judge)
         if verdict.status == RIGHT:
             self.judged += 1
-        elif verdict.status != WRONG:
+        elif verdict.status not in (WRONG, NOTED):  # a crash (NOTED) was noted where it happened
             if verdict.status == REFUSED and verdict.raised is not None:
                 self._raise_if_the_sample_raises(index, sample, self._judge_for(index, sample))
                 context.sample_index = index
@@ -425,6 +434,16 @@ def _blind_in_float64(context, index):
     from pytest_autograd.checks._float32_blind import float32_instead
 
     return float32_instead(context, context.case.samples[index]) is not None  # None for a sample given in float64
+
+
+@contextmanager
+def _trying(context, task):
+    """The block runs the op at ``task``'s size: each new kind of call there is tried in the sandbox first, and a GPU
+    fault names the size."""
+    declared = f"sizes= on the marker declares {task.size}" if task.kind == DECLARED else None
+    variant = Variant(context.check_name, _when(task), vouched=declared, unvouched=None if declared else MADE_UP)
+    with _naming_the_size_of_a_fault(task), exploring(context, variant):
+        yield
 
 
 @contextmanager

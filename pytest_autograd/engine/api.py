@@ -69,7 +69,7 @@ def run_checks(op, *args, reference=None, checks=None, devices=("cpu",), seed=0,
     or several samples. ``shrink``: seconds a failure's sample may be shrunk
     for (0: off); ``repro``: a directory to write each failure's stand-alone
     script into. Other keywords are the marker's options (atol=,
-    double_backward=, constants=, ...).
+    double_backward=, constants=, isolate=, ...).
     """
     if registry is None:
         registry = CheckRegistry()

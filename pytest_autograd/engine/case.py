@@ -10,6 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
+from pytest_autograd.engine.exploration import variants
 from pytest_autograd.engine.outcomes import UsageProblem
 
 
@@ -65,6 +66,8 @@ CORE_OPTIONS = {
     # Arguments the op writes in place on purpose (running statistics, a memory-saving backward's saved
     # inputs): the mutation check allows them, and every other check keeps its evidence from them.
     "mutates": None,
+    # Where a crash of the op cannot end the run, for this test (engine/exploration: "explore", "all", "off").
+    "isolate": None,
 }
 
 
@@ -83,6 +86,10 @@ class RunOptions:
     shrink_seconds: Optional[float] = DEFAULT_SHRINK_SECONDS  # shrinking a failing sample; None or 0: off
     repro_dir: Optional[str] = None  # where a failure's stand-alone script is written; None: not written
     checks: Optional[tuple] = None  # the checks run on each case, in order (run_checks); None: one check a case
+    # Where a crash of the op cannot end the run (engine/exploration): "explore" runs the checks that explore inputs
+    # the user did not give whole in the sandbox process and tries each new kind of call of the others there first;
+    # "all" runs every check there; "off" runs everything here, where a crash ends the run
+    isolate: str = "explore"
 
 
 @dataclass
@@ -107,8 +114,15 @@ class OpCase:
     # The seed of the work the checks of one run_checks call compute once for all of them (see
     # checks/_first_order); None: each check's own seed.
     shared_seed: object = None
+    # Where the sandbox finds the op when it cannot be sent itself (a lambda on the marker): a
+    # processes.transport.FromTestMarker; None outside pytest.
+    origin: object = None
 
     def call(self, *args, **kwargs):
+        if variants.active() is not None:  # a check judging the op: each new kind of call is tried elsewhere first
+            from pytest_autograd.engine.exploration.isolation import before_call
+
+            before_call(self, args, kwargs)
         return call_op(self.op, args, kwargs)
 
     def call_reference(self, *args, **kwargs):
@@ -318,7 +332,16 @@ def build_case(mark_kwargs, samples, where="autograd_check"):
         constant_slots=_constant_slots(mark_kwargs.get("constants"), arg_names, samples),
     )
     validate_sample_values(case, where)
+    _validate_isolate(mark_kwargs.get("isolate"), where)
     return case
+
+
+def _validate_isolate(value, where):
+    from pytest_autograd.engine.exploration import isolate_problem
+
+    problem = None if value is None else isolate_problem(value, f"{where}: isolate=")
+    if problem:
+        raise UsageProblem(problem)
 
 
 def _constant_slots(constants, arg_names, samples):

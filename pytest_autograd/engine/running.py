@@ -10,6 +10,7 @@ from pytest_autograd.engine.devices import cuda_devices
 from pytest_autograd.engine.float32_math import full_float32
 from pytest_autograd.engine.freed_memory import reusing_freed_memory
 from pytest_autograd.engine.execution import op_failure
+from pytest_autograd.engine.exploration import NotJudged, on_users_sample, whole_checks
 from pytest_autograd.engine.outcomes import CheckSkipped, OpRaised
 from pytest_autograd.engine.random_draws import FixedDraws, draws_from_global_generator
 from pytest_autograd.engine.seeding import seed_torch
@@ -32,10 +33,16 @@ def run_check(check, context, reseed=False):
     raises :class:`~pytest_autograd.engine.outcomes.CheckSkipped` through. A
     check that failed in float64 on an op computing in float32 runs again,
     judging it in float32. A GPU fault (``device_faults``) fails the item and every later one on that device.
+    A check that explores inputs the user did not give runs whole in the sandbox process
+    (``exploration.whole_checks``), every check there with ``isolate="all"``.
     """
     earlier = device_faults.fault_on(context.device)
     if earlier is not None:
         return _not_run_after_fault(check, context, earlier)
+    if whole_checks.runs_elsewhere(check, context):
+        failure = whole_checks.run_check(run_check, check, context, reseed)
+        if failure is not whole_checks.RUN_HERE:
+            return failure
     notes = len(context.notes)
     failure = _run_once(check, context, reseed)
     if failure is not None and _draws_differ(check, context, failure):
@@ -106,7 +113,7 @@ def _failure_of(check, context, reseed):
     try:
         with torch.random.fork_rng(devices=cuda_devices(context.device)), quiet_torch_machinery(), \
                 watching_interpreted_dtypes() as untrusted, _judging_mode(check, context), \
-                device_faults.item_on(context.device):
+                device_faults.item_on(context.device), on_users_sample(context, _derivative_order(check)):
             if reseed:
                 seed_torch(context.seed)
             expired = call_with_limit(context.case.run_options.seconds, lambda: check.run(context)).expired
@@ -123,6 +130,8 @@ def _failure_of(check, context, reseed):
             # exploring checks that compare with a float64 truth have noted such mismatches themselves)
             raised.report.details.append(f"note: {refusal}")
         return raised
+    except NotJudged as crashed:  # a variant the op crashed on, and the check had nothing else to judge
+        raise CheckSkipped(crashed.reason) from None
     except device_faults.DeviceFault as fault:
         return _fault_failure(check, context, fault.phase, fault.error, fault.situation)
     except RuntimeError as error:  # raised by the check's own code: a kernel's fault reported late, at a later call
@@ -139,6 +148,11 @@ def _failure_of(check, context, reseed):
     return None
 
 
+
+
+def _derivative_order(check):
+    """2 for a check that differentiates the op's gradients again: its trial runs take a second backward."""
+    return 2 if getattr(check, "differentiates_twice", check.name == "gradgradcheck") else 1
 
 
 @contextmanager

@@ -102,9 +102,24 @@ def pytest_collection_finish(session):
     """``--autograd-checks`` is validated once every collected directory's conftest.py has registered its checks."""
     config = session.config
     record_items(session)
+    _start_the_sandbox(config)
     if hasattr(config, "workerinput"):  # an xdist worker: its controller validated before collection
         return
     config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())
+
+
+def _start_the_sandbox(config):
+    """Start the sandbox process (``engine.exploration``) in the background once the session has autograd items:
+    torch's import there overlaps the end of collection and the first items, instead of holding up the first check
+    that needs it."""
+    from pytest_autograd.pytest_adapter.shared_cases import ITEMS_OF_TEST
+
+    if not config.stash.get(ITEMS_OF_TEST, None) or config.stash[SETTINGS].isolate == "off" or \
+            _is_xdist_controller(config):
+        return
+    from pytest_autograd.engine.processes import sandbox
+
+    sandbox().start_soon()
 
 
 def _is_xdist_controller(config):

@@ -19,7 +19,7 @@ from pytest_autograd.engine.sample_values import validate_sample_values
 from pytest_autograd.engine.seeding import item_seed, seeded
 from pytest_autograd.pytest_adapter import root_cause, shrinking
 from pytest_autograd.pytest_adapter.bench import state_of as bench_state_of
-from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS
+from pytest_autograd.pytest_adapter.keys import MARKER, SETTINGS, item_spec
 from pytest_autograd.pytest_adapter.record import without_group
 from pytest_autograd.pytest_adapter.reporting import attach_picture, remember_for_record
 from pytest_autograd.pytest_adapter.rerun import pytest_command
@@ -75,7 +75,7 @@ def run_options(config):
     settings = config.stash.get(SETTINGS, None)
     return RunOptions(seconds=item_seconds(config), devices=tuple(settings.devices) if settings else ("cpu",),
                       bench=bench_state_of(config), shrink_seconds=shrinking.shrink_seconds(config),
-                      repro_dir=shrinking.repro_dir(config))
+                      repro_dir=shrinking.repro_dir(config), isolate=settings.isolate if settings else "explore")
 
 
 def run_item(item, spec, settings, registry):
@@ -242,6 +242,7 @@ def _build_case(item, mark, device, where, samples):
     """The OpCase of the samples the test body gave, as the hooks adjust them for this device."""
     case = build_case(mark.kwargs, samples, where)
     case.run_options = run_options(item.config)
+    case.origin = op_on_marker(item)
     _bind_factory(case, item, where)
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=device):
         if adjusted is not None:
@@ -249,6 +250,20 @@ def _build_case(item, mark, device, where, samples):
             validate_sample_values(case, where)
             break
     return case
+
+
+def op_on_marker(item):
+    """Where another process finds the op of ``item``'s marker: its test module, the test's name there, and the
+    marker's place among the test's ``autograd_op`` markers (as ``iter_markers`` lists them)."""
+    from pytest_autograd.engine.processes.transport import FromTestMarker
+
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    if module is None:
+        return None
+    name = getattr(item, "originalname", None) or item.name.split("[")[0]
+    test = f"{item.cls.__name__}.{name}" if getattr(item, "cls", None) is not None else name
+    spec = item_spec(item)
+    return FromTestMarker(module, test, MARKER, getattr(spec, "marker", 0))
 
 
 def _fail(failure, rerun, nodeid, seed=None):

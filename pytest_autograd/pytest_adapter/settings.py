@@ -6,6 +6,7 @@ import pytest
 
 from pytest_autograd.engine import devices
 from pytest_autograd.engine.devices import split_names
+from pytest_autograd.engine.exploration import ISOLATE_HELP, ISOLATE_MODES, isolate_problem
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.naming import did_you_mean
 
@@ -16,6 +17,7 @@ OPTIONS = {
     "checks": ("comma-separated checks to run (default: every default-on check that applies; opt-in checks "
                "such as compile and bench run only when named here or in checks= on the marker)", ""),
     "seed": ("base seed; each item derives its own from it (default 0, or 'random')", "0"),
+    "isolate": (ISOLATE_HELP, ISOLATE_MODES[0]),
 }
 
 
@@ -135,6 +137,7 @@ class Settings:
     checks: list  # None: every registered check
     seed: int
     require_devices: bool = False  # an absent device is an error, not a skip
+    isolate: str = ISOLATE_MODES[0]  # engine.exploration: where a crash of the op cannot end the session
 
     @classmethod
     def from_config(cls, config):
@@ -146,7 +149,11 @@ class Settings:
         require = config.getoption(REQUIRE_DEVICES, None)
         if require is None:
             require = bool(config.getini(REQUIRE_DEVICES))
-        return cls(devices=devices, checks=checks, seed=seed, require_devices=require)
+        isolate = option_value(config, "isolate") or ISOLATE_MODES[0]
+        problem = isolate_problem(isolate, "--autograd-isolate")
+        if problem:
+            raise pytest.UsageError(problem)
+        return cls(devices=devices, checks=checks, seed=seed, require_devices=require, isolate=isolate)
 
     def validate_devices_exist(self):
         """Under --autograd-require-devices, a usage error for the first configured device absent here."""

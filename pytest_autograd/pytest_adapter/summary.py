@@ -18,7 +18,9 @@ def _explain_crash(report, properties):
     op = properties.get("autograd_op", "the op")
     report.longrepr = (f"{op} crashed the Python process during check {check} on {device}: a segfault or abort in "
                        "its C++/CUDA/Triton code (the worker's 'Fatal Python error' lines above show where). "
-                       "pytest-xdist started a new worker and the session went on.\n" + report.longrepr)
+                       "pytest-xdist started a new worker and the session went on. --autograd-isolate=all runs "
+                       "every check in a sandbox process, where such a crash is reported as the check's failure, "
+                       "naming the input, without pytest-xdist.\n" + report.longrepr)
 
 
 def _end_progress_line(terminalreporter):

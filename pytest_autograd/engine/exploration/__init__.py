@@ -36,9 +36,11 @@ class NotJudged(BaseException):
 
 
 @contextmanager
-def exploring(context, variant):
+def exploring(context, variant, narrow=None):
     """Calls of the op in the block are on ``variant``, each new kind tried in the sandbox first. A crash there
-    ends the block: a CheckFailure where the variant is vouched for, else a note and NotJudged."""
+    ends the block: a CheckFailure where the variant is vouched for (after ``narrow()``, given for a variant
+    that ``narrows``, has tried its parts in blocks of their own, whose crash fails naming the part), else a note
+    and NotJudged."""
     from pytest_autograd.engine.exploration import crashes
 
     try:
@@ -48,6 +50,8 @@ def exploring(context, variant):
         if crashed.variant != variant:
             raise
         if variant.vouched:
+            if narrow is not None:
+                narrow()
             raise crashes.failure(context, variant, crashed.trial) from None
         crashes.note(context, variant, crashed.trial)
         raise NotJudged(context.notes[-1] if context.notes else variant.situation) from None

@@ -69,7 +69,7 @@ def _last_words(trial):
     found = []
     frame = crash.crashed_frame()
     if frame:
-        found.append(f"crashed at: {frame}")
+        found.append(f"{'waiting at' if trial.outcome == 'hung' else 'crashed at'}: {frame}")
     message = crash.first_message()
     if message:
         found.append(f"its last words: {message}")

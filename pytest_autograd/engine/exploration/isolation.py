@@ -112,11 +112,12 @@ def _run_trial(case, context, variant, args, kwargs):
     finally:
         _SPENT[0] += time.perf_counter() - start
     took = time.perf_counter() - start
+    if outcome.hung is not None:
+        return Trial("hung", crash=outcome.crash, phase=_phase(outcome.crash.log), seconds=outcome.hung,
+                     call=describe_call(case, args, kwargs))
     if outcome.crash is not None:
         return Trial("crashed", crash=outcome.crash, phase=_phase(outcome.crash.last_words), seconds=took,
                      call=describe_call(case, args, kwargs))
-    if outcome.hung is not None:
-        return Trial("hung", seconds=outcome.hung, call=describe_call(case, args, kwargs))
     if outcome.fault:
         return Trial("crashed", fault=outcome.raised.message.strip().splitlines()[0],
                      phase=_phase(outcome.raised.traceback_text), seconds=took, call=describe_call(case, args, kwargs))

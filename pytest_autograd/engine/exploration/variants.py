@@ -33,6 +33,7 @@ class Variant:
     cotangent_layout: object = None
     order: int = 1
     hint: str = None  # what usually makes an op crash on such an input, for the failure's hint
+    narrows: bool = False  # a crash there is narrowed down (the block's ``narrow`` tries its parts one by one)
 
     def key(self):
         return (self.check, self.situation, self.order)
@@ -82,7 +83,7 @@ KNOWN_CRASHES = {}  # in such a sandbox: Variant.key() -> the Trial of the crash
 
 def _fields(variant):
     return {"check": variant.check, "situation": variant.situation, "vouched": variant.vouched,
-            "unvouched": variant.unvouched, "order": variant.order, "hint": variant.hint}
+            "unvouched": variant.unvouched, "order": variant.order, "hint": variant.hint, "narrows": variant.narrows}
 
 
 def _mark(text):

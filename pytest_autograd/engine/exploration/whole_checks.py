@@ -10,7 +10,10 @@ the innermost open variant is the one that crashed it: the check runs again
 in a new sandbox that knows it, and meets the crash as that variant's
 verdict (``crashes``: a failure where the op must accept the input, a note
 where it need not) instead of running it; the other variants run as usual.
-A crash outside any variant is a crash on the user's own sample.
+A crash outside any variant is a crash on the user's own sample. A variant
+that ``narrows`` runs once more after its crash, so that the check tries its
+parts one by one (each argument laid out alone, then grad_output alone) and
+the failure names the one that crashes.
 """
 
 import dataclasses
@@ -73,7 +76,8 @@ def run_check(run, check, context, reseed):
             return RUN_HERE
         trial = _trial(outcome)
         variant, sample = innermost_open(outcome.crash.log if outcome.crash is not None else "")
-        if variant is None or variant.vouched or variant.key() in known:
+        narrowed = variant is not None and variant.narrows and variant.key() in known
+        if variant is None or (variant.vouched and (not variant.narrows or narrowed)) or variant.key() in known:
             context.sample_index = sample
             return crashes.failure(context, variant if variant is not None and variant.vouched else
                                    _users_sample(context), trial)
@@ -98,7 +102,8 @@ def _settings():
     default dtype and deterministic mode."""
     import torch
 
-    return dict(os.environ), torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled()
+    return (dict(os.environ), torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled())
 
 
 def portable_case(case):
@@ -153,11 +158,11 @@ def _check_here(run_check, check, token, portable, device, seed, check_name, kno
     case = _kept(token, portable)
     if case is None:
         return ("resend",)
-    environment, default_dtype, deterministic = settings
+    environment, default_dtype, deterministic, warn_only = settings
     os.environ.clear()
     os.environ.update(environment)
     torch.set_default_dtype(default_dtype)
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
     variants.MARKING = True
     variants.KNOWN_CRASHES.clear()
     variants.KNOWN_CRASHES.update(known)
@@ -207,7 +212,7 @@ def _trial(outcome):
     from pytest_autograd.engine.processes import Crash
 
     if outcome.hung is not None:
-        return Trial("hung", seconds=outcome.hung)
+        return Trial("hung", crash=outcome.crash, seconds=outcome.hung, phase=phase_of(outcome.crash))
     if outcome.crash is None:
         return Trial("crashed", crash=Crash(None, ""))
     return Trial("crashed", crash=outcome.crash, phase=phase_of(outcome.crash))

@@ -37,6 +37,7 @@ from pytest_autograd.engine.processes import transport
 
 POLL_SECONDS = 0.25  # how often a waiting parent returns to Python (so a time budget can interrupt the wait)
 LOG_TAIL_BYTES = 4096  # what a report quotes of a crashed child's last words ...
+STACK_SECONDS = 0.2  # how long a hung child is given to write its stacks before it is stopped
 LOG_BYTES = 1 << 22  # ... out of at most this much it wrote during its last task
 
 
@@ -85,14 +86,14 @@ class Outcome:
 
     value: object = None
     raised: object = None  # transport.RaisedElsewhere: the exception the task raised, by type name and message
-    crash: Crash = None
+    crash: Crash = None  # also set for a hung child: its exit code None, its log holding where it waited
     hung: float = None  # seconds waited before the child was stopped
     fault: bool = False  # ``raised`` is a GPU fault: the child's device was unusable after it (a new child follows)
     unsent: bool = False  # ``raised`` came from rebuilding the task in the child: it never ran
 
     @property
     def returned(self):
-        return self.raised is None and self.crash is None and self.hung is None
+        return self.raised is None and self.crash is None
 
 
 class Worker:
@@ -121,13 +122,25 @@ class Worker:
                 self.stop()
                 raise
 
+    def start_soon(self):
+        """Start the child in the background, so that the first task does not wait for torch's import there."""
+        threading.Thread(target=self._start_quietly, name=f"pytest-autograd-{self.name}-start", daemon=True).start()
+
+    def _start_quietly(self):
+        with self._lock:
+            try:
+                self._ensure_started()
+            except Exception:  # noqa: BLE001 - the first task starts it again, and says what went wrong
+                self._forget()
+
     def _answer(self, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = POLL_SECONDS if deadline is None else min(POLL_SECONDS, deadline - time.monotonic())
             if left <= 0:
+                where = self._stack_now()
                 self.stop()
-                return Outcome(hung=timeout)
+                return Outcome(hung=timeout, crash=Crash(None, where))
             ready = wait([self._connection, self._process.sentinel], timeout=left)
             if self._connection in ready:
                 try:
@@ -141,6 +154,14 @@ class Worker:
                 return Outcome(raised=value, fault=kind == "fault", unsent=kind == "unsent")
             if self._process.sentinel in ready:
                 return Outcome(crash=self._ended())
+
+    def _stack_now(self):
+        """The child's Python stacks, as faulthandler writes them when asked (where a task that hangs waits)."""
+        if not hasattr(signal, "SIGUSR1") or self._process is None or not self._process.is_alive():
+            return ""
+        os.kill(self._process.pid, signal.SIGUSR1)
+        time.sleep(STACK_SECONDS)
+        return _read(self._log)
 
     def _ended(self):
         """The Crash of a child that died, read from its exit code and the tail of its log; the next task starts

@@ -7,6 +7,7 @@ of a crash there, which the parent reads back into its report.
 
 import faulthandler
 import os
+import signal
 import pickle
 import traceback
 
@@ -62,4 +63,7 @@ def _write_to(log):
     os.dup2(handle, 1)
     os.dup2(handle, 2)
     os.close(handle)
-    faulthandler.enable(file=open(log, "a", buffering=1), all_threads=True)
+    stream = open(log, "a", buffering=1)
+    faulthandler.enable(file=stream, all_threads=True)
+    if hasattr(signal, "SIGUSR1"):  # the parent asks where a task that does not return is waiting
+        faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)

@@ -1,0 +1,194 @@
+"""A kernel that crashes the process is a verdict, never the end of the session (engine/exploration).
+
+The ops of reference_ops.crashing read address 0 exactly where a kernel would read out of bounds, so each crash
+is certain: on the user's own sample (a failure), on the user's own values in another layout (a failure naming
+the layout), and on a batch the plugin cut while a box still names its last image (a note, never a failure).
+"""
+
+import pytest
+
+CRASHING = """
+import pytest, torch
+from reference_ops.crashing import BoxPool, ContiguousGradReader, NullForward, RowGather, StridedGradReader
+
+
+@pytest.mark.autograd_op(op=NullForward, checks=["gradcheck", "sizes"])
+def test_null_forward():
+    return [(torch.randn(4, 5),)]
+
+
+@pytest.mark.autograd_op(op=StridedGradReader, reference=lambda x: 2 * x, checks=["noncontiguous", "gradcheck"])
+def test_strided_grad_reader():
+    return [(torch.randn(4, 5),)]
+
+
+@pytest.mark.autograd_op(op=ContiguousGradReader, reference=lambda x: 2 * x)
+def test_contiguous_grad_reader():
+    return [(torch.randn(4, 5),)]
+
+
+@pytest.mark.autograd_op(op=BoxPool, constants=("boxes",))
+def test_box_pool():
+    return [(torch.randn(2, 4, 6), torch.tensor([[1.0, 0.0, 3.0], [0.0, 2.0, 6.0]]))]
+
+
+@pytest.mark.autograd_op(op=RowGather, reference=lambda x, index: x[index])
+def test_row_gather():
+    return [(torch.randn(8, 4), torch.tensor([6, 0, 3]))]
+"""
+
+
+@pytest.fixture
+def crashing(pytester):
+    pytester.makepyfile(test_ops=CRASHING)
+    return pytester
+
+
+def test_a_forward_that_crashes_on_the_users_sample_fails_each_check_and_the_session_reports(crashing):
+    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "-k", "null_forward", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "`NullForward` crashed the process (SIGSEGV) on sample 0: its forward reads or writes memory it does not own",
+        "  check gradcheck, device cpu, sample 0",
+        "  arguments: x: float64 (4, 5)",
+        "*the session went on*",
+        "  crashed at: File *reference_ops/crashing.py*",
+    ])
+    result.stdout.fnmatch_lines(["`NullForward` crashed the process (SIGSEGV) on your sample: its forward *",
+                                 "  check sizes, device cpu"])
+    assert (crashing.path / "junit.xml").read_text().count("<testcase") == 2
+
+
+def test_a_backward_that_crashes_on_a_strided_grad_output_fails_noncontiguous_naming_the_layout(crashing):
+    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "-k", "strided_grad_reader")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines([
+        "`StridedGradReader` crashed the process (SIGSEGV) when grad_output is transposed: its backward reads "
+        "or writes memory it does not own",
+        "  check noncontiguous, device cpu, sample 0",
+        "*why it is the op's: these are your own values, in a layout autograd and real models hand an op",
+        "  hint: the kernel reads memory as if the tensor were contiguous*",
+    ])
+
+
+def test_its_correct_twin_passes_every_default_check(crashing):
+    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "-k", "contiguous_grad_reader and not strided")
+    result.assert_outcomes(passed=17, skipped=6)
+
+
+def test_ops_that_crash_on_a_batch_cut_under_their_indices_pass_every_default_check_with_a_note(crashing):
+    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "-k", "box_pool or row_gather", "-rP")
+    result.assert_outcomes(passed=33, skipped=13)
+    result.stdout.fnmatch_lines([
+        "*sizes: not judged when dim 0 of `features` (size 2 in your sample) is 1: `BoxPool` crashed the process "
+        "(SIGSEGV) there, in its forward; the plugin made that size up, and the op need not accept it*",
+        "*sizes: not judged when `x` gets one more leading dim*`RowGather` crashed the process (SIGSEGV) there*",
+    ])
+
+
+def test_crashes_are_judged_alike_under_xdist(crashing):
+    pytest.importorskip("xdist")
+    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(failed=3, passed=1 + 17 + 33, skipped=6 + 13)
+    result.stdout.fnmatch_lines(["*`StridedGradReader` crashed the process (SIGSEGV) when grad_output is "
+                                 "transposed*"])
+
+
+def test_an_op_on_the_marker_that_cannot_be_pickled_is_found_in_the_sandbox_through_the_marker(pytester, run_pytest):
+    pytester.makepyfile(test_lambda="""
+        import pytest, torch
+
+        @pytest.mark.autograd_op(op=lambda x: (x * 3).sum(-1), reference=lambda x: (3 * x).sum(-1),
+                                 checks=["sizes", "noncontiguous"])
+        def test_scaled_sum():
+            return [(torch.randn(4, 5),)]
+    """)
+    result = run_pytest("-W", "error::pytest_autograd.engine.notes.AutogradNote")
+    result.assert_outcomes(passed=2)
+
+
+def test_with_isolation_off_every_check_runs_in_the_sessions_process(pytester, run_pytest):
+    pytester.makepyfile(test_pid="""
+        import os, pytest, torch
+
+        SEEN = set()
+
+        class RecordsItsProcess(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                SEEN.add(os.getpid())
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        @pytest.mark.autograd_op(op=RecordsItsProcess, reference=lambda x: 2 * x, checks=["sizes", "gradcheck"])
+        def test_sizes():
+            return [(torch.randn(4, 5),)]
+
+        def test_only_this_process_ran_it():
+            assert SEEN == {os.getpid()}
+    """)
+    run_pytest("--autograd-isolate=off").assert_outcomes(passed=3)
+
+
+def test_with_isolation_all_no_check_runs_the_op_in_the_sessions_process(pytester, run_pytest):
+    pytester.makepyfile(test_pid="""
+        import os, pytest, torch
+
+        SEEN = set()
+
+        class RecordsItsProcess(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                SEEN.add(os.getpid())
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        @pytest.mark.autograd_op(op=RecordsItsProcess, reference=lambda x: 2 * x,
+                                 checks=["gradcheck", "reference", "sizes"])
+        def test_checks():
+            return [(torch.randn(4, 5),)]
+
+        def test_the_op_never_ran_here():
+            assert os.getpid() not in SEEN
+    """)
+    run_pytest("--autograd-isolate=all").assert_outcomes(passed=4)
+
+
+def test_an_unknown_isolation_mode_is_a_usage_error_naming_the_modes(pytester, run_pytest):
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = run_pytest("--autograd-isolate=sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--autograd-isolate: unknown isolation mode 'sometimes'; use one of explore, all, "
+                                 "off*"])
+
+
+def test_isolate_on_the_marker_is_validated_and_applies_to_that_test(pytester, run_pytest):
+    pytester.makepyfile(test_marker="""
+        import os, pytest, torch
+
+        SEEN = set()
+
+        def doubled(x):
+            SEEN.add(os.getpid())
+            return x * 2
+
+        @pytest.mark.autograd_op(op=doubled, reference=lambda x: 2 * x, checks=["sizes"], isolate="off")
+        def test_here():
+            return [(torch.randn(4, 5),)]
+
+        @pytest.mark.autograd_op(op=doubled, checks=["gradcheck"], isolate="never")
+        def test_misspelt():
+            return [(torch.randn(4, 5),)]
+
+        def test_sizes_ran_here():
+            assert os.getpid() in SEEN
+    """)
+    result = run_pytest()
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*isolate=: unknown isolation mode 'never'; use one of explore, all, off*"])
