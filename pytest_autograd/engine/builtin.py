@@ -25,6 +25,7 @@ ORDER = [
     "growth",
     "aliasing",
     "reentrancy",
+    "checkpoint",
     "rng",
     "forward_ad",
     "vmap",
