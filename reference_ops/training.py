@@ -12,7 +12,17 @@ Activation checkpointing (the checkpoint check):
 * :class:`TokenDropOwnGenerator` -- drops random rows (its own generator) and saves the kept rows' indices:
   the recompute saves another number of them, and torch's recompute check raises.
 
-``samples(generator)`` gives each op's samples; every op here takes one ``x`` of shape ``(6, 8)``.
+Saved-tensor hooks, offloading (the offload check):
+
+* :class:`PackedQKV` -- correct; ``q * k + v`` of a packed ``qkv``, saving the whole ``qkv``.
+* :class:`PackedQKVReadsPastItsView` -- saves only the view ``q`` and reaches ``k`` in backward through
+  ``q``'s storage (as a kernel given ``q``'s pointer would): a copy of ``q`` has nothing past it.
+* :class:`ScaledDropout` -- correct; dropout whose scale is applied in forward.
+* :class:`ScaledDropoutFinishesMaskInBackward` -- scales its saved mask in place in backward through an
+  alias kept on ctx, then reads it through ``ctx.saved_tensors``: a copy never sees the change.
+
+``samples(generator)`` gives the samples of every op here but the packed ones (``qkv_samples``): one ``x``
+of shape ``(6, 8)``.
 """
 
 from __future__ import annotations
@@ -25,13 +35,22 @@ __all__ = [
     "CountsCalls",
     "DropoutOwnGenerator",
     "NoiseFromNumpy",
+    "PackedQKV",
+    "PackedQKVReadsPastItsView",
+    "ScaledDropout",
+    "ScaledDropoutFinishesMaskInBackward",
     "TokenDropOwnGenerator",
+    "qkv_samples",
     "samples",
 ]
 
 
 def samples(generator=None):
     return [(torch.randn(6, 8, generator=generator),)]
+
+
+def qkv_samples(generator=None):
+    return [(torch.randn(6, 3 * 4, generator=generator),)]
 
 
 # ---------------------------------------------------------------------------
@@ -139,3 +158,79 @@ class TokenDropOwnGenerator(Function):
         out = torch.zeros_like(grad)
         out[kept] = grad[kept]
         return out
+
+
+# ---------------------------------------------------------------------------
+# Saved-tensor hooks, offloading
+# ---------------------------------------------------------------------------
+
+
+class PackedQKV(Function):
+    """``q * k + v`` with ``q, k, v`` the thirds of the last dim of ``qkv``; saves ``qkv`` itself."""
+
+    @staticmethod
+    def forward(ctx, qkv):
+        q, k, v = qkv.chunk(3, -1)
+        ctx.save_for_backward(qkv)
+        return q * k + v
+
+    @staticmethod
+    def backward(ctx, grad):
+        (qkv,) = ctx.saved_tensors
+        q, k, _ = qkv.chunk(3, -1)
+        return torch.cat([grad * k, grad * q, grad], -1)
+
+
+class PackedQKVReadsPastItsView(PackedQKV):
+    """Bug under offloading: saves the view ``q`` alone and finds ``k`` ``d`` elements after it in ``q``'s storage,
+    rows ``3 d`` apart, as a kernel handed ``q``'s pointer would. Plainly ``q`` is a view of ``qkv``; a copy of it
+    (save_on_cpu, any saved-tensor hooks) has no ``k`` after it."""
+
+    @staticmethod
+    def forward(ctx, qkv):
+        q, k, v = qkv.chunk(3, -1)
+        ctx.save_for_backward(q)
+        return q * k + v
+
+    @staticmethod
+    def backward(ctx, grad):
+        (q,) = ctx.saved_tensors
+        d = q.shape[-1]
+        k = q.as_strided(q.shape, (3 * d, 1), q.storage_offset() + d)
+        return torch.cat([grad * k, grad * q, grad], -1)
+
+
+class ScaledDropout(Function):
+    """Dropout (torch's global generator) with the mask scaled by ``1 / (1 - p)`` in forward, saved for backward."""
+
+    p = 0.25
+
+    @staticmethod
+    def forward(ctx, x):
+        mask = (torch.rand_like(x) >= ScaledDropout.p).to(x.dtype) / (1 - ScaledDropout.p)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask
+
+
+class ScaledDropoutFinishesMaskInBackward(ScaledDropout):
+    """Bug under offloading: saves the unscaled mask, keeps its memory on ctx too, and in backward scales it in
+    place through that alias (as a kernel writing through a pointer does, unseen by torch's version counter) before
+    reading it through ``ctx.saved_tensors``. Plainly both are one memory; a saved copy never sees the scaling."""
+
+    @staticmethod
+    def forward(ctx, x):
+        mask = (torch.rand_like(x) >= ScaledDropout.p).to(x.dtype)
+        ctx.save_for_backward(mask)
+        ctx.mask_memory = mask.data
+        return x * mask / (1 - ScaledDropout.p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.mask_memory.div_(1 - ScaledDropout.p)
+        (mask,) = ctx.saved_tensors
+        return grad * mask

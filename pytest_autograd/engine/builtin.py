@@ -26,6 +26,7 @@ ORDER = [
     "aliasing",
     "reentrancy",
     "checkpoint",
+    "offload",
     "rng",
     "forward_ad",
     "vmap",
