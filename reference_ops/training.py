@@ -21,8 +21,16 @@ Saved-tensor hooks, offloading (the offload check):
 * :class:`ScaledDropoutFinishesMaskInBackward` -- scales its saved mask in place in backward through an
   alias kept on ctx, then reads it through ``ctx.saved_tensors``: a copy never sees the change.
 
+Gradient accumulation over micro-batches (the accumulation check):
+
+* :class:`ScaleColumns` -- correct; ``x * w`` with ``w`` one scale per column, gradients in new tensors.
+* :class:`ScaleColumnsGradIntoBufferView` -- writes ``w``'s gradient into a buffer kept on the class and
+  returns a view of it: torch keeps the view as ``.grad``, and the next backward overwrites it.
+* :class:`ScaleColumnsReturnsGradBuffer` -- returns the buffer itself: ``.grad`` is a copy, but a gradient
+  returned by ``torch.autograd.grad`` changes when the next backward runs.
+
 ``samples(generator)`` gives the samples of every op here but the packed ones (``qkv_samples``): one ``x``
-of shape ``(6, 8)``.
+of shape ``(6, 8)``; ``columns_samples`` those of the ScaleColumns ops.
 """
 
 from __future__ import annotations
@@ -38,8 +46,12 @@ __all__ = [
     "PackedQKV",
     "PackedQKVReadsPastItsView",
     "ScaledDropout",
+    "ScaleColumns",
+    "ScaleColumnsGradIntoBufferView",
+    "ScaleColumnsReturnsGradBuffer",
     "ScaledDropoutFinishesMaskInBackward",
     "TokenDropOwnGenerator",
+    "columns_samples",
     "qkv_samples",
     "samples",
 ]
@@ -47,6 +59,10 @@ __all__ = [
 
 def samples(generator=None):
     return [(torch.randn(6, 8, generator=generator),)]
+
+
+def columns_samples(generator=None):
+    return [(torch.randn(6, 8, generator=generator), torch.randn(8, generator=generator))]
 
 
 def qkv_samples(generator=None):
@@ -234,3 +250,57 @@ class ScaledDropoutFinishesMaskInBackward(ScaledDropout):
         ctx.mask_memory.div_(1 - ScaledDropout.p)
         (mask,) = ctx.saved_tensors
         return grad * mask
+
+
+# ---------------------------------------------------------------------------
+# Gradient accumulation
+# ---------------------------------------------------------------------------
+
+
+class ScaleColumns(Function):
+    """``x * w``, ``w`` one scale per column of ``x``: ``w``'s gradient is the column sums of ``grad * x``."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad * w, (grad * x).sum(0)
+
+
+class ScaleColumnsGradIntoBufferView(ScaleColumns):
+    """Bug under accumulation: ``w``'s gradient is written into a buffer kept on the class (no allocation per call)
+    and a view of it is returned. Nothing else holds the view, so torch keeps it as ``w.grad``; the next
+    micro-batch's backward writes its own gradient into the buffer, then torch adds that into ``w.grad``: twice the
+    second gradient, the first one lost."""
+
+    buffer = None
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        cls = ScaleColumnsGradIntoBufferView
+        if cls.buffer is None or cls.buffer.shape != (w.numel(),) or cls.buffer.dtype != w.dtype:
+            cls.buffer = torch.empty(w.numel(), dtype=w.dtype, device=w.device)
+        torch.sum(grad * x, 0, out=cls.buffer)
+        return grad * w, cls.buffer.view(w.shape)
+
+
+class ScaleColumnsReturnsGradBuffer(ScaleColumns):
+    """Bug under accumulation: returns the buffer kept on the class itself as ``w``'s gradient. torch copies it
+    into ``.grad`` (the class still holds it), but a gradient returned by ``torch.autograd.grad`` is that buffer,
+    and the next backward overwrites it."""
+
+    buffer = None
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        cls = ScaleColumnsReturnsGradBuffer
+        if cls.buffer is None or cls.buffer.shape != w.shape or cls.buffer.dtype != w.dtype:
+            cls.buffer = torch.empty_like(w)
+        torch.sum(grad * x, 0, out=cls.buffer)
+        return grad * w, cls.buffer

@@ -27,6 +27,7 @@ ORDER = [
     "reentrancy",
     "checkpoint",
     "offload",
+    "accumulation",
     "rng",
     "forward_ad",
     "vmap",
