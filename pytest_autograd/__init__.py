@@ -1,12 +1,9 @@
 """pytest-autograd: one marker turns a custom autograd op into a battery of checks.
 
-Importing this package must stay cheap: projects that install the plugin but
-have no autograd tests never pay for importing torch. Names that need torch
-are therefore resolved lazily on first access.
+Importing this package must stay cheap: pytest imports it in every project of
+an environment that installs the plugin, and those without autograd tests must
+pay for nothing else. Every name is therefore resolved on first access.
 """
-
-from pytest_autograd.engine.case import Sample
-from pytest_autograd.engine.outcomes import UsageProblem
 
 __all__ = [
     "Sample",
@@ -22,6 +19,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Sample": "pytest_autograd.engine.case",
+    "UsageProblem": "pytest_autograd.engine.outcomes",
     "Check": "pytest_autograd.checks.base",
     "CheckContext": "pytest_autograd.checks.base",
     "CheckFailure": "pytest_autograd.results.report",

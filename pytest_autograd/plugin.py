@@ -17,7 +17,7 @@ from pytest_autograd.pytest_adapter.hooks import (  # noqa: F401 - pytest finds 
     pytest_generate_tests,
     pytest_itemcollected,
     pytest_make_collect_report,
-    pytest_plugins,
+    pytest_plugin_registered,
     pytest_pycollect_makeitem,
     pytest_pyfunc_call,
     pytest_report_collectionfinish,

@@ -7,9 +7,8 @@ example of a good one, never as a traceback from inside a timer.
 import re
 from dataclasses import dataclass, replace
 
-DEFAULT_BUDGET = 0.5  # seconds of measuring per timing (one direction of one implementation)
-DEFAULT_NOISE = 0.03  # stop once IQR / median is below this
-DEFAULT_WARMUP = 0.05  # seconds of untimed calls after the first call
+from pytest_autograd.bench.defaults import DEFAULT_BUDGET, DEFAULT_NOISE, DEFAULT_WARMUP
+
 DEFAULT_MIN_ROUNDS = 10
 CACHE_MODES = ("cold", "warm")
 DIRECTIONS = ("forward", "backward", "forward+backward")

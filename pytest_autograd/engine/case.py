@@ -10,6 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
+from pytest_autograd.engine.defaults import DEFAULT_SECONDS, DEFAULT_SHRINK_SECONDS  # noqa: F401 - re-exported
 from pytest_autograd.engine.exploration import variants
 from pytest_autograd.engine.outcomes import UsageProblem
 
@@ -69,10 +70,6 @@ CORE_OPTIONS = {
     # Where a crash of the op cannot end the run, for this test (engine/exploration: "explore", "all", "off").
     "isolate": None,
 }
-
-
-DEFAULT_SECONDS = 300.0  # each check's time budget unless the caller sets one (see engine/budget.py)
-DEFAULT_SHRINK_SECONDS = 10.0  # the time a failing sample may be shrunk for (see engine/shrink.py)
 
 
 @dataclass

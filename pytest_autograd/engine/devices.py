@@ -4,7 +4,6 @@ can run here. Parsing imports no torch."""
 import re
 
 from pytest_autograd.engine.outcomes import UsageProblem
-from pytest_autograd.results.naming import did_you_mean
 
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")
 _DEVICE = re.compile(r"^(?P<kind>[a-z]+)(:(?P<index>\d+))?$")
@@ -21,6 +20,8 @@ def parse_devices(text, source):
     for device in devices:
         match = _DEVICE.match(device)
         if match is None or match.group("kind") not in DEVICE_TYPES:
+            from pytest_autograd.results.naming import did_you_mean  # a mistake's message only: start-up stays lean
+
             raise UsageProblem(
                 f"{source}: unknown device {device!r}{did_you_mean([device], DEVICE_TYPES)}; "
                 f"use one of {', '.join(DEVICE_TYPES)}, "

@@ -4,8 +4,6 @@ the adapter turns them into pytest's outcomes."""
 
 import traceback
 
-from pytest_autograd.engine.device_faults import DeviceFault, is_device_fault
-
 
 class UsageProblem(Exception):
     """A mistake in how the plugin was used: reported without a traceback."""
@@ -55,6 +53,8 @@ class OpRaised(Exception):
 def raised_by_op(phase, error):
     """The exception for an error the op raised in ``phase``: :class:`~pytest_autograd.engine.device_faults.
     DeviceFault` for a GPU fault (never taken for a refusal), else :class:`OpRaised`."""
+    from pytest_autograd.engine.device_faults import DeviceFault, is_device_fault  # only once an op has run
+
     if isinstance(error, DeviceFault):
         return error
     return DeviceFault(phase, error) if is_device_fault(error) else OpRaised(phase, error)

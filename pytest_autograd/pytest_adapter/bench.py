@@ -1,31 +1,30 @@
-"""pytest side of the benchmarks: options, collection, the fixture, the summary and files.
+"""pytest side of the benchmarks: options, collection, the fixture; the session's state and hooks are in
+:mod:`bench_session`.
 
-Imports no torch at module level: without ``--autograd-bench`` nothing
-here costs more than parsing a few options. Rows reach the one summary
-through report ``user_properties``, so xdist workers and a plain run behave
-the same; only the controller writes JSON, baselines and plots.
+Imports no torch at module level, nor the bench package: without a bench
+option nothing here costs more than declaring the options, and the state
+(benchmarks off) is built only if a bench item or the fixture asks for it.
+Rows reach the one summary through report ``user_properties``, so xdist
+workers and a plain run behave the same; only the controller writes JSON,
+baselines and plots.
 """
-
-import json
-from pathlib import Path
 
 import pytest
 
-from pytest_autograd.bench import config as bench_config
-from pytest_autograd.bench.config import BadSetting, TimerConfig
-from pytest_autograd.bench.state import (  # noqa: F401
-    GROUP_PREFIX,
-    OFF_REASON,
-    PROPERTY,
-    BenchState,
-    stable_nodeid,
-)
+from pytest_autograd.bench.defaults import DEFAULT_BUDGET, DEFAULT_NOISE, DEFAULT_WARMUP
 
 STATE = pytest.StashKey()
 
 
 def state_of(config):
-    return None if config is None else config.stash.get(STATE, None)
+    """The bench session's state; None outside a session. Without a bench option it is built on first use."""
+    if config is None:
+        return None
+    if STATE not in config.stash:
+        from pytest_autograd.pytest_adapter.bench_session import build_state
+
+        config.stash[STATE] = build_state(config)  # no option given: nothing in it can be a bad setting
+    return config.stash[STATE]
 
 
 def bench_enabled(config):
@@ -41,13 +40,13 @@ OPTIONS = [
                                    help="run only benchmarks (implies --autograd-bench)")),
     ("--autograd-bench-budget", dict(default=None, metavar="SECONDS",
                                      help=f"time spent measuring each timing at most "
-                                          f"(default {bench_config.DEFAULT_BUDGET})")),
+                                          f"(default {DEFAULT_BUDGET})")),
     ("--autograd-bench-noise", dict(default=None, metavar="FRACTION",
                                     help=f"stop a timing once IQR/median is below this, e.g. 0.03 or 3%% "
-                                         f"(default {bench_config.DEFAULT_NOISE:g})")),
+                                         f"(default {DEFAULT_NOISE:g})")),
     ("--autograd-bench-warmup", dict(default=None, metavar="SECONDS",
                                      help=f"untimed warm-up after the first call "
-                                          f"(default {bench_config.DEFAULT_WARMUP})")),
+                                          f"(default {DEFAULT_WARMUP})")),
     ("--autograd-bench-cache", dict(default=None, metavar="cold|warm",
                                     help="CUDA: flush L2 before each call (cold, default) or not (warm)")),
     ("--autograd-bench-threads", dict(default=None, metavar="N",
@@ -73,56 +72,27 @@ OPTIONS = [
 def pytest_addoption(parser):
     group = parser.getgroup("autograd", "autograd op checks (pytest-autograd)")
     for name, kwargs in OPTIONS:
-        group.addoption(name, dest=name.lstrip("-").replace("-", "_"), **kwargs)
+        group.addoption(name, dest=_dest(name), **kwargs)
 
 
-def _option(config, name):
-    return config.getoption(name, None)
+def _options_given(config):
+    return any(config.getoption(_dest(name), None) not in (None, False) for name, _ in OPTIONS)
 
 
-def _build_state(config):
-    invoked = Path(config.invocation_params.dir)
-    state = BenchState(root=Path(config.rootpath))
-    state.only = bool(_option(config, "autograd_bench_only"))
-    json_path, plot_dir = _option(config, "autograd_bench_json"), _option(config, "autograd_bench_plot")
-    save, compare = _option(config, "autograd_bench_save"), _option(config, "autograd_bench_compare")
-    fail = _option(config, "autograd_bench_fail")
-    state.enabled = bool(_option(config, "autograd_bench") or state.only or json_path or plot_dir or save or compare)
-    budget, noise = _option(config, "autograd_bench_budget"), _option(config, "autograd_bench_noise")
-    warmup, cache = _option(config, "autograd_bench_warmup"), _option(config, "autograd_bench_cache")
-    changes = {}
-    if budget is not None:
-        changes["budget"] = bench_config.parse_seconds(budget, "--autograd-bench-budget")
-    if noise is not None:
-        changes["noise"] = bench_config.parse_fraction(noise, "--autograd-bench-noise")
-    if warmup is not None:
-        changes["warmup"] = bench_config.parse_seconds(warmup, "--autograd-bench-warmup")
-    if cache is not None:
-        changes["cache"] = bench_config.parse_cache(cache, "--autograd-bench-cache")
-    threads = _option(config, "autograd_bench_threads")
-    if threads is not None:
-        changes["threads"] = bench_config.parse_threads(threads, "--autograd-bench-threads")
-    timer = TimerConfig(**changes)
-    state.timer = timer
-    if json_path:
-        state.json_path = invoked / json_path
-    if plot_dir:
-        state.plot_dir = invoked / plot_dir
-    if save:
-        state.save = bench_config.parse_baseline_name(save, "--autograd-bench-save")
-    if compare:
-        state.compare = bench_config.parse_baseline_name(compare, "--autograd-bench-compare")
-    if fail:
-        if not compare:
-            raise BadSetting("--autograd-bench-fail needs a baseline to compare with: "
-                             "add --autograd-bench-compare=NAME")
-        state.fail_rules = bench_config.parse_fail(fail)
-    return state
+def _dest(option):
+    return option.lstrip("-").replace("-", "_")
 
 
 def pytest_configure(config):
+    """With a bench option, the state is checked at start-up (a bad value is a usage error) and the session's
+    hooks registered; without one, benchmarks are off and nothing is done until something asks."""
+    if not _options_given(config):
+        return
+    from pytest_autograd.bench.config import BadSetting
+    from pytest_autograd.pytest_adapter.bench_session import BenchSession, build_state
+
     try:
-        state = _build_state(config)
+        state = build_state(config)
     except BadSetting as problem:
         raise pytest.UsageError(str(problem)) from None
     config.stash[STATE] = state
@@ -130,7 +100,7 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    state = state_of(config)
+    state = config.stash.get(STATE, None)  # benchmarks on: built at start-up
     if not state or not state.enabled:
         return None
     from pytest_autograd.bench.measure_info import cpu_count, cpu_name
@@ -154,9 +124,11 @@ def _is_bench_item(item):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    if STATE not in config.stash and not any(_is_bench_item(item)[0] for item in items):
+        return  # benchmarks off and no bench item: nothing to skip, group or deselect
+    from pytest_autograd.bench.state import GROUP_PREFIX, OFF_REASON
+
     state = state_of(config)
-    if state is None:
-        return
     group_marks = state.enabled and config.pluginmanager.hasplugin("xdist")
     kept, deselected = [], []
     default_device = _default_device(config)
@@ -184,7 +156,7 @@ def _default_device(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    state = state_of(item.config)
+    state = item.config.stash.get(STATE, None)
     if state is not None:
         state.current_item = item
     try:
@@ -192,88 +164,6 @@ def pytest_runtest_call(item):
     finally:
         if state is not None:
             state.current_item = None
-
-
-class BenchSession:
-    """Per-run hooks that need the state: gathering rows, writing files, the summary."""
-
-    def __init__(self, config, state):
-        self.config = config
-        self.state = state
-
-    def pytest_runtest_logreport(self, report):
-        if report.when != "call":
-            return
-        for name, value in report.user_properties:
-            if name == PROPERTY:
-                data = json.loads(value)
-                self.state.rows.extend(data["rows"])
-                machine = self.state.machine = self.state.machine or {}
-                for key, value in (data.get("machine") or {}).items():
-                    if machine.get(key) is None:
-                        machine[key] = value  # e.g. the GPU's name, known once a CUDA item ran
-
-    def pytest_sessionfinish(self, session):
-        state = self.state
-        if _is_worker(self.config) or not state.rows:
-            return
-        from pytest_autograd.bench import results
-
-        try:
-            self._write_files(state, results)
-        except (OSError, results.BaselineProblem) as problem:
-            state.notes.append(f"could not write benchmark files: {problem}")
-
-    @staticmethod
-    def _write_files(state, results):
-        rows = state.rows
-        if state.json_path:
-            results.write_json(state.json_path, rows, state.machine, state.root)
-            state.notes.append(f"wrote {len(rows)} timing(s) to {state.json_path}")
-        if state.save:
-            path = results.write_json(results.baseline_path(state.root, state.save), rows, state.machine,
-                                      state.root, merge=True)
-            state.notes.append(f"saved {len(rows)} timing(s) as baseline {state.save!r} ({path})")
-        if state.compare and state.compare != state.save:
-            missing = [row for row in rows if row.get("baseline_missing")]
-            if missing:
-                path = results.baseline_path(state.root, state.compare)
-                existed = path.exists()
-                results.write_json(path, missing, state.machine, state.root, merge=True)
-                if existed:
-                    state.notes.append(f"note: baseline {state.compare!r} had no entry for {len(missing)} "
-                                       f"timing(s): added them to {path}")
-                else:
-                    state.notes.append(f"note: baseline {state.compare!r} did not exist; saved this run's "
-                                       f"{len(missing)} timing(s) to {path} for the next comparison")
-        if state.plot_dir:
-            from pytest_autograd.bench.plot import write_plots
-
-            paths, problem = write_plots(rows, state.plot_dir)
-            state.notes.append(f"plots: {problem}" if problem else f"wrote {len(paths)} plot(s) to {state.plot_dir}")
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter):
-        state, config = self.state, self.config
-        if _is_worker(config) or not state.rows:
-            return
-        from pytest_autograd.bench.table import machine_line, render
-
-        lines, notes = render(state.rows, state.machine, state.compare)
-        terminalreporter.section("autograd bench")
-        terminalreporter.write_line(machine_line(state.machine))
-        for line in lines:
-            terminalreporter.write_line(line)
-        if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
-            if config.getoption("dist", None) != "loadgroup":
-                notes.append("xdist: benchmarks ran beside other tests; use --dist loadgroup to run them "
-                             "one at a time per device")
-        for note in notes + state.notes:
-            terminalreporter.write_line(note)
-
-
-def _is_worker(config):
-    return hasattr(config, "workerinput")
 
 
 @pytest.fixture

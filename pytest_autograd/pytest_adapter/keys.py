@@ -1,7 +1,5 @@
-"""What the adapter keeps on pytest's objects: stash keys of the session's state, and the spec of each
-generated item (which check, on which device)."""
-
-from dataclasses import dataclass
+"""What the adapter keeps on pytest's objects: stash keys of the session's state, the marker names, and reading
+back the spec each generated item carries (:mod:`item_specs`)."""
 
 import pytest
 
@@ -11,40 +9,16 @@ ITEM_ARG = "_autograd_item"
 SETTINGS = pytest.StashKey()
 REGISTRY = pytest.StashKey()
 TALLY = pytest.StashKey()
-
-
-@dataclass(frozen=True)
-class ItemSpec:
-    """Which check runs on which device for one generated item."""
-
-    check: str
-    device: str
-    selected: bool  # explicitly asked for (matters for opt-in checks)
-    marker: int = 0  # which autograd_op marker of the test, closest first
-
-    def __str__(self):
-        return f"{self.check}-{self.device}"
-
-
-@dataclass(frozen=True)
-class ModelItemSpec(ItemSpec):
-    """An item of an ``autograd_model`` test: one check on every custom op the model runs, on one device."""
-
-
-@dataclass(frozen=True)
-class MisusedMarker:
-    """The one item of a test whose marker is misused: it fails with ``problem``, and the session's other tests
-    run (a collection error would stop every test of the session)."""
-
-    problem: str
-
-    def __str__(self):
-        return "usage-error"
+TALLY_ORDER = pytest.StashKey()  # the registry's checks at start-up: the order of the summary's rows
 
 
 def misused_marker(item):
     """The MisusedMarker of an item generated for a misused marker; None for every other test."""
     value = _generated(item)
+    if value is None:
+        return None
+    from pytest_autograd.pytest_adapter.item_specs import MisusedMarker  # only an item the plugin generated
+
     return value if isinstance(value, MisusedMarker) else None
 
 
@@ -62,4 +36,8 @@ def item_spec(item):
     placeholder (the item is then skipped as an empty parameter set).
     """
     spec = _generated(item)
+    if spec is None:
+        return None
+    from pytest_autograd.pytest_adapter.item_specs import ItemSpec  # only an item the plugin generated
+
     return spec if isinstance(spec, ItemSpec) else None

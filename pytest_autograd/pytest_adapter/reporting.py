@@ -11,13 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_autograd.engine import notes
-from pytest_autograd.pytest_adapter.record import (
-    PROPERTY,
-    Recorder,
-    test_name,
-    worker_fields,
-)
 from pytest_autograd.pytest_adapter.settings import option_value
 
 RECORDER = pytest.StashKey()
@@ -59,12 +52,16 @@ def pytest_configure(config):
         config.stash[PLOTS_DIR] = Path(config.invocation_params.dir, plots)
     path = _value(config, "json")
     if path and not hasattr(config, "workerinput"):  # xdist workers send their reports to the controller
+        from pytest_autograd.pytest_adapter.record import Recorder
+
         recorder = Recorder(str(Path(config.invocation_params.dir, path)))
         config.stash[RECORDER] = recorder
         config.pluginmanager.register(recorder, "autograd-json-recorder")
 
 
 def remember_for_record(item, seed, rerun):
+    from pytest_autograd.engine import notes  # the runner of a marked item calls this
+
     notes.take()  # notes of an earlier item that ended without a record are not this item's
     item.stash[SEED] = seed
     item.stash[RERUN] = rerun
@@ -96,7 +93,9 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if call.when != "call" or not wants_record(item.config):
         return report
+    from pytest_autograd.engine import notes
     from pytest_autograd.pytest_adapter.keys import item_spec
+    from pytest_autograd.pytest_adapter.record import PROPERTY, test_name, worker_fields
 
     spec = item_spec(item)
     if spec is None:

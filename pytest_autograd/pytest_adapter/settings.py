@@ -8,7 +8,6 @@ from pytest_autograd.engine import devices
 from pytest_autograd.engine.devices import split_names
 from pytest_autograd.engine.exploration import ISOLATE_HELP, ISOLATE_MODES, isolate_problem
 from pytest_autograd.engine.outcomes import UsageProblem
-from pytest_autograd.results.naming import did_you_mean
 
 OPTIONS = {
     # name: (help, ini default)
@@ -174,6 +173,8 @@ class Settings:
             return
         unknown = [name for name in self.checks if name not in known]
         if unknown:
+            from pytest_autograd.results.naming import did_you_mean
+
             raise pytest.UsageError(
                 f"--autograd-checks: unknown check(s) {', '.join(map(repr, unknown))}{did_you_mean(unknown, known)}; "
                 f"known checks are: {', '.join(known)}. "

@@ -26,7 +26,8 @@ import dataclasses
 import pytest
 
 from pytest_autograd.engine.seeding import item_seed
-from pytest_autograd.pytest_adapter.keys import ItemSpec, item_spec
+from pytest_autograd.pytest_adapter.item_specs import ItemSpec
+from pytest_autograd.pytest_adapter.keys import item_spec
 from pytest_autograd.pytest_adapter.record import test_name
 
 ITEMS_OF_TEST = pytest.StashKey()  # (test, marker, device) -> the checks of its collected items, in order

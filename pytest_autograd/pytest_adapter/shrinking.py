@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_autograd.engine.case import DEFAULT_SHRINK_SECONDS
+from pytest_autograd.engine.defaults import DEFAULT_SHRINK_SECONDS
 from pytest_autograd.pytest_adapter import settings
 from pytest_autograd.pytest_adapter.timeout import parse_seconds
 

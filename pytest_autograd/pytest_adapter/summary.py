@@ -2,8 +2,6 @@
 
 import pytest
 
-from pytest_autograd.pytest_adapter.record import test_name
-
 MAX_FAILED_TESTS = 50  # lines listing failing tests; the rest are counted
 
 
@@ -61,6 +59,8 @@ class Tally:
                 self.absent.setdefault(device, str(report.longrepr[2]).replace("Skipped: ", ""))
             outcome = report.outcome
             if report.failed:
+                from pytest_autograd.pytest_adapter.record import test_name  # only once an item failed
+
                 item_id = f"{check}-{device}"
                 self.failed.setdefault(test_name(report.nodeid, item_id), []).append(item_id)
             per = self.counts.setdefault((check, device), {})

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_autograd.engine.case import DEFAULT_SECONDS
+from pytest_autograd.engine.defaults import DEFAULT_SECONDS
 from pytest_autograd.pytest_adapter import settings
 
 OPTION = "autograd_timeout"
