@@ -29,6 +29,16 @@ Gradient accumulation over micro-batches (the accumulation check):
 * :class:`ScaleColumnsReturnsGradBuffer` -- returns the buffer itself: ``.grad`` is a copy, but a gradient
   returned by ``torch.autograd.grad`` changes when the next backward runs.
 
+Overflowing loss scales (the overflow check):
+
+* :class:`ReLUWhere` -- correct; ``relu`` whose backward selects with ``torch.where``: where it drops
+  ``grad_output`` it gives 0, not ``inf * 0 = NaN`` as ``grad * mask`` (and a reference in torch ops) would.
+* :class:`ScaleColumnsClampsGradOutput` -- clamps ``grad_output`` to the float16 range: an inf becomes 65504.
+* :class:`ScaleColumnsZeroesNonFiniteGradOutput` -- ``nan_to_num(grad, 0, 0, 0)``: inf and NaN become 0.
+* :class:`ScaleColumnsMasksNonFiniteGradOutput` -- ``where(isfinite(grad), grad, 0)``.
+* :class:`ScaleColumnsSaturatesGradOutput` -- float8-style saturation with ``fmax``/``fmin``: NaN dropped,
+  inf saturated to 448.
+
 ``samples(generator)`` gives the samples of every op here but the packed ones (``qkv_samples``): one ``x``
 of shape ``(6, 8)``; ``columns_samples`` those of the ScaleColumns ops.
 """
@@ -46,13 +56,19 @@ __all__ = [
     "PackedQKV",
     "PackedQKVReadsPastItsView",
     "ScaledDropout",
+    "ReLUWhere",
     "ScaleColumns",
+    "ScaleColumnsClampsGradOutput",
     "ScaleColumnsGradIntoBufferView",
+    "ScaleColumnsMasksNonFiniteGradOutput",
     "ScaleColumnsReturnsGradBuffer",
+    "ScaleColumnsSaturatesGradOutput",
+    "ScaleColumnsZeroesNonFiniteGradOutput",
     "ScaledDropoutFinishesMaskInBackward",
     "TokenDropOwnGenerator",
     "columns_samples",
     "qkv_samples",
+    "relu_by_mask",
     "samples",
 ]
 
@@ -304,3 +320,61 @@ class ScaleColumnsReturnsGradBuffer(ScaleColumns):
             cls.buffer = torch.empty_like(w)
         torch.sum(grad * x, 0, out=cls.buffer)
         return grad * w, cls.buffer
+
+
+# ---------------------------------------------------------------------------
+# Overflowing loss scales
+# ---------------------------------------------------------------------------
+
+
+class ReLUWhere(Function):
+    """``relu(x)``; backward keeps ``grad_output`` where ``x > 0`` and puts 0 elsewhere, with ``torch.where``."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return torch.where(x > 0, grad, torch.zeros_like(grad))
+
+
+def relu_by_mask(x):
+    """relu in torch ops, as a reference: its gradient is ``grad * mask``, NaN where an inf meets the mask's 0."""
+    return x * (x > 0).to(x.dtype)
+
+
+class ScaleColumnsClampsGradOutput(ScaleColumns):
+    """Bug under an overflowing loss scale: clamps ``grad_output`` to the float16 range first."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ScaleColumns.backward(ctx, grad.clamp(-65504.0, 65504.0))
+
+
+class ScaleColumnsZeroesNonFiniteGradOutput(ScaleColumns):
+    """Bug under an overflowing loss scale: replaces inf and NaN in ``grad_output`` with 0."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ScaleColumns.backward(ctx, torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0))
+
+
+class ScaleColumnsMasksNonFiniteGradOutput(ScaleColumns):
+    """Bug under an overflowing loss scale: keeps only the finite elements of ``grad_output``."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ScaleColumns.backward(ctx, torch.where(torch.isfinite(grad), grad, torch.zeros_like(grad)))
+
+
+class ScaleColumnsSaturatesGradOutput(ScaleColumns):
+    """Bug under an overflowing loss scale: saturates ``grad_output`` to float8 e4m3's range with ``fmax``/``fmin``,
+    which drop NaN: NaN becomes -448, inf 448."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ScaleColumns.backward(ctx, torch.fmin(torch.fmax(grad, torch.tensor(-448.0, dtype=grad.dtype)),
+                                                     torch.tensor(448.0, dtype=grad.dtype)))

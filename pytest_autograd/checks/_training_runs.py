@@ -20,13 +20,13 @@ from pytest_autograd.checks._reruns import identical, seed_generators
 from pytest_autograd.engine.execution import OpRaised, grads_of, output_label
 
 
-def run_in(context, prepared, plain, around=None, cotangents=None, leaves=None):
-    """``(outputs, grads)`` of the op on ``prepared`` from the plain run's seed, forward and backward inside
-    ``around()`` (a context manager, or None), along ``cotangents`` (default: the plain run's); detached."""
+def run_in(context, prepared, plain, around=None, cotangents=None, leaves=None, fn=None):
+    """``(outputs, grads)`` of the op (or ``fn``) on ``prepared`` from the plain run's seed, forward and backward
+    inside ``around()`` (a context manager, or None), along ``cotangents`` (default: the plain run's); detached."""
     seed_generators(context.device, plain.seed)
     leaves = prepared.leaves if leaves is None else leaves
     with around() if around is not None else contextlib.nullcontext():
-        outputs = context.run_op(prepared, leaves)
+        outputs = context.run_op(prepared, leaves, fn=fn)
         grads = grads_of(outputs, leaves, plain.cotangents if cotangents is None else cotangents)
     return [out.detach() for out in outputs], [grad.detach() for grad in grads]
 

@@ -28,6 +28,7 @@ ORDER = [
     "checkpoint",
     "offload",
     "accumulation",
+    "overflow",
     "rng",
     "forward_ad",
     "vmap",
