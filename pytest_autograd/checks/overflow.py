@@ -122,14 +122,14 @@ def _fail(context, plain, chosen, value, name, grad, hidden, required, ref):
     grad_names = backward_argument_names(context.case, count)
     k, flat = next(iter(chosen.items()))
     at = unravel(flat, tuple(plain.outputs[k].shape))
-    special = "inf" if math.isinf(value) else "NaN"
+    special, article = ("inf", "an") if math.isinf(value) else ("NaN", "a")
     where = ", ".join(f"{grad_names[j]}{fmt_index(unravel(f, tuple(plain.outputs[j].shape)))}"
                       for j, f in chosen.items())
-    position = unravel(int(hidden.view(-1).nonzero()[0]), tuple(grad.shape))
+    position = unravel(int(hidden.reshape(-1).nonzero()[0]), tuple(grad.shape))
     reference = " (the reference's gradient there is not finite)" if ref is not None else ""
     context.fail(
-        f"{'an inf' if special == 'inf' else 'a NaN'} in `{grad_names[k]}` does not reach the gradient w.r.t. `{name}`: {int(hidden.sum())} of the "
-        f"{int(required.sum())} element(s) it flows into stay finite",
+        f"{article} {special} in `{grad_names[k]}` does not reach the gradient w.r.t. `{name}`: {int(hidden.sum())} "
+        f"of the {int(required.sum())} element(s) it flows into stay finite",
         argument=name, output=output_label(k, count),
         worst=f"grad {name}{fmt_index(position)}: {fmt(float(grad[position]))} with {grad_names[k]}{fmt_index(at)} "
               f"= {special}{reference}",
