@@ -71,8 +71,8 @@ _EXTENSION_EXPORTS = frozenset(
     }
 )
 _LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "crashing", "extension", "flash_attention", "fused",
-                              "low_precision_reductions",
-                              "memory_saving", "mixed_precision", "model", "modules", "normalization", "scale",
+                              "low_precision_reductions", "memory_saving", "mixed_precision", "model", "model_sizes",
+                              "modules", "normalization", "scale",
                               "selection", "sizes", "sizes_triton", "state", "statistics_outputs", "triton_layer_norm",
                               "triton_ops"})
 

@@ -18,6 +18,9 @@ the crash is certain. The checks must report each crash, never die of it:
   :class:`ContiguousGradReader` is its correct twin (``.contiguous()`` first).
 * :class:`NullForward` -- planted bug: its forward crashes on every input,
   the user's own sample included.
+* :class:`BatchOfOneModel` -- a model whose op (:class:`CrashesAtBatchOfOne`)
+  crashes at a batch of one: the model scan runs the model at other input
+  sizes in the sandbox, and notes the size it crashed at.
 """
 
 import ctypes
@@ -113,3 +116,29 @@ class BoxPool(torch.autograd.Function):
             width = int(end) - int(start)
             grad_features[int(b), :, int(start):int(end)] += grad[k].unsqueeze(-1) / width
         return grad_features, None
+
+
+class CrashesAtBatchOfOne(torch.autograd.Function):
+    """``2 * x``, with a kernel that reads past its buffer when the batch has one row (a launch grid that assumes
+    at least two)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.shape[0] == 1:
+            crash()
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class BatchOfOneModel(torch.nn.Module):
+    """A model calling :class:`CrashesAtBatchOfOne`: right at the batch it is given, crashing at a batch of one."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return CrashesAtBatchOfOne.apply(self.linear(x)).tanh()

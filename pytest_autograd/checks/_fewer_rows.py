@@ -61,8 +61,7 @@ from pytest_autograd.engine.outcomes import UsageProblem
 
 ROWS_ELEMENTS = 1 << 14  # a sample whose largest tensor holds more is judged on its first rows ...
 MIN_ROWS = 2  # ... at least this many
-CUT = ("the plugin cut the batch there, and an index argument may still point past the rows it kept: the whole "
-       "sample is judged instead")
+CUT = "the plugin cut the batch there, and an index argument may still point past the rows it kept"
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,8 @@ def _cut(context, sample):
         tried.append(followers)
         cut = sample.map(lambda s, v: v.narrow(0, 0, rows).clone() if s in followers else v)  # noqa: B023
         variant = Variant(context.check_name, f"on the first {rows} of the {size} rows of "
-                                              f"`{context.case.arg_name(slot)}`", unvouched=CUT)
+                                              f"`{context.case.arg_name(slot)}`", missing=CUT,
+                          how="the whole sample is judged instead")
         found = attempt(context, variant, lambda: _traced(context, cut, size, rows), otherwise=None)  # noqa: B023
         if found is not None and found.calls == whole.calls and \
                 _first_rows(context, whole.outputs, found.outputs, size, rows) and \

@@ -26,6 +26,7 @@ from pytest_autograd.checks._size_hints import pattern_hint
 from pytest_autograd.checks._size_judge import OUTSIDE, REFUSED, RIGHT, WRONG
 from pytest_autograd.engine.budget import call_with_limit
 from pytest_autograd.engine.case import Sample
+from pytest_autograd.engine.exploration import Variant, exploring
 from pytest_autograd.engine.outcomes import UsageProblem, skip
 from pytest_autograd.results.compare import dtype_label, fmt
 
@@ -111,7 +112,9 @@ def _judge(context, run, index, given, reasons):
     growth = _elements(given.sample) / max(1, _elements(sample))
     limit = run._limit(index, growth)
     start = time.perf_counter()
-    finished = call_with_limit(limit, lambda: judge.at(given.sample, given.ratio()))
+    called = f"the caller calls the op at these sizes{' (' + given.origin + ')' if given.origin else ''}"
+    with exploring(context, Variant(context.check_name, given.describe(), evidence=(called,))):  # a crash there fails
+        finished = call_with_limit(limit, lambda: judge.at(given.sample, given.ratio()))
     context.sample_index = index
     if finished.expired is not None:
         reasons.append(f"stopped after {fmt(limit)} s")

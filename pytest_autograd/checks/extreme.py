@@ -149,7 +149,7 @@ def _check_dtype(context, dtype, notes):
             else:
                 run = lambda: judge.at(where, magnitude)  # noqa: E731
             variant = Variant(context.check_name, f"for inputs scaled to max |x| = {label} in {dtype_label(dtype)}",
-                              unvouched=SCALED)
+                              missing=SCALED, how="a sample at that magnitude judges it")
             finished = call_with_limit(limit, lambda: attempt(context, variant, run))  # noqa: B023
             if finished.value is CRASHED:
                 continue

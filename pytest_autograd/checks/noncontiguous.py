@@ -245,7 +245,7 @@ def _variant(plan, layout, slots, cotangent, narrows=False):
     own values, laid out as autograd lays tensors out."""
     who = [f"`{plan.laid[slot][0]}`" for slot in slots] + (["grad_output"] if cotangent else [])
     situation = f"when {' and '.join(who) or 'nothing'} {'is' if len(who) == 1 else 'are'} {layout.name}"
-    return Variant(NonContiguous.name, situation, vouched=OWN_VALUES_IN_A_LAYOUT, hint=HINT, narrows=narrows,
+    return Variant(NonContiguous.name, situation, evidence=(OWN_VALUES_IN_A_LAYOUT,), hint=HINT, narrows=narrows,
                    cotangent_layout=plan.cotangent if cotangent else None)
 
 

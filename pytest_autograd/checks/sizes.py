@@ -82,8 +82,8 @@ LEADING_ELEMENTS = 1 << 11  # the leading dim is added to the sample cut to this
 PROBE_SECONDS = 0.25  # ... as timed by one forward there, stopped after this long
 AT_YOUR_RANK = ("a size of a dim your sample has, at your sample's number of dims, which the op accepts (a size it "
                 "does not support should raise, or be left out with sizes=)")
-MADE_UP = ("the plugin made that size up, and the op need not accept it (an index or offset argument may still "
-           "point past it): sizes= on the marker declares the sizes it must")
+MADE_UP = "the plugin made that size up, and the op need not accept it (an index argument may still point past it)"
+DECLARE = "sizes= on the marker declares the sizes the op must accept"
 NOT_SUPPORTED = ("if the op does not support size {size} by design, make it raise there (a size the op refuses is "
                  "noted, not failed), or declare what it supports on the marker: sizes={{{sample}: [...]}} with the "
                  "sizes to try, or sizes={{{sample}: None}} to keep it fixed")
@@ -250,7 +250,7 @@ class _Run:
         surrogate = surrogate_reason(context.case, self.context.check_name) is not None
         tried = []  # (LeadingDim, Verdict), in order
         for leading in variants:
-            variant = Variant(context.check_name, leading.describe(), unvouched=MADE_UP)
+            variant = Variant(context.check_name, leading.describe(), missing=MADE_UP, how=DECLARE)
             crashed = Verdict(NOTED, reason="crashed (noted)")
             finished = call_with_limit(limit, lambda: attempt(context, variant, lambda: judge_leading_dim(  # noqa: B023
                 context, judge, base, leading, context.case.reference, surrogate=surrogate), otherwise=crashed))
@@ -441,7 +441,8 @@ def _trying(context, task):
     """The block runs the op at ``task``'s size: each new kind of call there is tried in the sandbox first, and a GPU
     fault names the size."""
     declared = f"sizes= on the marker declares {task.size}" if task.kind == DECLARED else None
-    variant = Variant(context.check_name, _when(task), vouched=declared, unvouched=None if declared else MADE_UP)
+    variant = Variant(context.check_name, _when(task), evidence=(declared,) if declared else (), missing=MADE_UP,
+                      how=DECLARE)
     with _naming_the_size_of_a_fault(task), exploring(context, variant):
         yield
 

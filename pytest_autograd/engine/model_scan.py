@@ -436,11 +436,12 @@ def autograd_scan(model, *inputs, calls=None, checks=None, skip=None, devices=No
         devices = devices_option(devices, "autograd_scan: devices=")
     capture = capture_model(model, samples, seed=seed)
     scanned, notes = scan_ops(capture, ops, skip_ops)
-    sizes = model_sizes(model, samples, capture, seed) if judges_sizes(registry, names) else None
+    isolate = getattr(run_options, "isolate", "explore")
+    sizes = model_sizes(model, samples, capture, seed, isolate) if judges_sizes(registry, names) else None
     verdicts = check_ops(scanned, names, devices=devices, seed=seed, registry=registry, run_options=run_options,
                          max_signatures=max_signatures, op_options=op_options, explicit=checks is not None,
                          at_other_sizes=sizes, **options)
-    return ScanResult(verdicts, capture.backward, notes)
+    return ScanResult(verdicts, capture.backward, notes + (sizes.notes if sizes is not None else []))
 
 
 def select_checks(registry, checks, skip):

@@ -58,6 +58,7 @@ class ModelSizes:
     capture: object
     runs: list = field(default_factory=list)  # [SizeRun]
     refused: list = field(default_factory=list)  # [(old, new, why)]: changes the model raised at, not used
+    notes: list = field(default_factory=list)  # what the scan's report says of them: the runs that crashed
 
     def samples_for(self, scanned, signature):
         """[(Sample, origin)]: the arguments ``signature``'s captured call gets in each run where they differ from
@@ -73,9 +74,11 @@ class ModelSizes:
         return list(found.values())
 
 
-def model_sizes(model, calls, capture, seed=0):
+def model_sizes(model, calls, capture, seed=0, isolate="explore"):
     """The model run again with each distinct size of its inputs changed (a ModelSizes); ``capture`` is the
-    capture at the user's inputs."""
+    capture at the user's inputs. Unless ``isolate`` is "off", each run happens in the sandbox process
+    (``engine.processes``), so that a kernel crashing at a size the plugin chose ends that process, not the
+    session (the size is then not used, saying so)."""
     sizes = ModelSizes(capture)
     names = input_names(model)
     pace = (0, None)  # (input elements, seconds) of the largest run so far: how long a larger one would take
@@ -92,9 +95,11 @@ def model_sizes(model, calls, capture, seed=0):
         changed = [_changed(call, old, new, seed) for call in calls]
         start = time.perf_counter()
         try:
-            run = capture_model(model, changed, seed=seed)
+            run = _capture(model, changed, seed, isolate)
         except ModelRaised as raised:
             sizes.refused.append((old, new, str(raised).splitlines()[0]))
+            if isinstance(raised, ModelCrashed):
+                sizes.notes.append(f"sizes: the model was not run with size {old} of its inputs made {new}: {raised}")
             continue
         if run.backward not in ("ran", "none") and capture.backward in ("ran", "none"):
             sizes.refused.append((old, new, f"the model's backward raised {run.backward}"))
@@ -104,6 +109,38 @@ def model_sizes(model, calls, capture, seed=0):
             pace = (elements, time.perf_counter() - start)
         sizes.runs.append(SizeRun(old, new, _describe_inputs(changed, calls, old, names), run))
     return sizes
+
+
+RUN_SECONDS = 120.0  # a model run at other sizes that takes longer in the sandbox is stopped, and the size not used
+
+
+def _capture(model, calls, seed, isolate):
+    """``capture_model`` of the model at other input sizes, in the sandbox unless ``isolate`` is "off" or the model
+    cannot be sent there; a crash or a hang there raises ModelRaised, naming it."""
+    if isolate == "off":
+        return capture_model(model, calls, seed=seed)
+    from pytest_autograd.engine.processes import sandbox, transport
+
+    try:
+        transport.dumps(model)
+    except Exception:  # noqa: BLE001 - a model defined where it cannot be imported again: run here
+        return capture_model(model, calls, seed=seed)
+    outcome = sandbox().run(capture_model, model, calls, seed, timeout=RUN_SECONDS)
+    if outcome.returned:
+        return outcome.value
+    if outcome.unsent:
+        return capture_model(model, calls, seed=seed)
+    if outcome.raised is not None:
+        raise ModelRaised(outcome.raised.message)
+    if outcome.hung is not None:
+        raise ModelCrashed(f"it did not return within {RUN_SECONDS:.0f} s there, in the sandbox process")
+    frame = outcome.crash.crashed_frame()
+    raise ModelCrashed(f"it crashed the sandbox process ({outcome.crash.signal_name}) there"
+                       + (f", at {frame}" if frame else "") + "; the session went on")
+
+
+class ModelCrashed(ModelRaised):
+    """The model's run at other sizes crashed or hung the sandbox process."""
 
 
 def judges_sizes(registry, names):

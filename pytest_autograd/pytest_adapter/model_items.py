@@ -58,7 +58,8 @@ def _scan(item, spec, settings, registry, seed):
         capture = capture_model(model, calls, seed=seed)
         scanned, notes = scan_ops(capture, options.get("ops"), options.get("skip_ops"))
         remember_for_record(item, seed, rerun)
-        sizes = model_sizes(model, calls, capture, seed) if judges_sizes(registry, [spec.check]) else None
+        sizes = model_sizes(model, calls, capture, seed, run_options(item.config).isolate) \
+            if judges_sizes(registry, [spec.check]) else None
         verdicts = check_ops(
             scanned, [spec.check], devices=[spec.device], seed=seed, registry=registry,
             run_options=run_options(item.config), max_signatures=options.get("max_signatures", SCAN_OPTIONS[
@@ -71,7 +72,7 @@ def _scan(item, spec, settings, registry, seed):
         skip_here(nothing.reason)
     if problem is not None:
         fail_usage_problem(item, spec, problem)
-    return ScanResult(verdicts, capture.backward, notes), rerun
+    return ScanResult(verdicts, capture.backward, notes + (sizes.notes if sizes is not None else [])), rerun
 
 
 def _report(item, spec, result, rerun, seed):

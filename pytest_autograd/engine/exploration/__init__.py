@@ -38,7 +38,7 @@ class NotJudged(BaseException):
 @contextmanager
 def exploring(context, variant, narrow=None):
     """Calls of the op in the block are on ``variant``, each new kind tried in the sandbox first. A crash there
-    ends the block: a CheckFailure where the variant is vouched for (after ``narrow()``, given for a variant
+    ends the block: a CheckFailure where there is evidence the op must accept it (after ``narrow()``, given for a variant
     that ``narrows``, has tried its parts in blocks of their own, whose crash fails naming the part), else a note
     and NotJudged."""
     from pytest_autograd.engine.exploration import crashes
@@ -49,7 +49,7 @@ def exploring(context, variant, narrow=None):
     except VariantCrashed as crashed:
         if crashed.variant != variant:
             raise
-        if variant.vouched:
+        if variant.evidence:
             if narrow is not None:
                 narrow()
             raise crashes.failure(context, variant, crashed.trial) from None
@@ -62,7 +62,7 @@ CRASHED = object()  # what ``attempt`` returns for a variant the op crashed on a
 
 def attempt(context, variant, run, otherwise=CRASHED):
     """``run()`` on ``variant`` (see ``exploring``); ``otherwise`` when the op crashed there and the variant
-    cannot be vouched for."""
+    has no evidence the op must accept it."""
     try:
         with exploring(context, variant):
             return run()
@@ -74,7 +74,7 @@ def attempt(context, variant, run, otherwise=CRASHED):
 def on_users_sample(context, order=1):
     """The check's calls of the op outside any variant are on the user's own sample: tried in the sandbox
     first too, and a crash there fails the check, naming the sample."""
-    variant = Variant(context.check_name, "on your sample", vouched=USERS_SAMPLE, order=order)
+    variant = Variant(context.check_name, "on your sample", evidence=(USERS_SAMPLE,), order=order)
     try:
         with exploring(context, variant):
             yield

@@ -9,9 +9,11 @@ an index argument may still point into) says nothing sure about the op: the
 variant is noted as not judged, with the reason, and the check goes on.
 """
 
+from pytest_autograd.engine.exploration.verdicts import Mismatch, evidence_line, not_judged
 from pytest_autograd.results.naming import display_name
 from pytest_autograd.results.report import CheckFailure, Report
 
+HOW = "run the op on such an input in a test of its own to see what it does there"
 SANDBOX_DETAIL = "it crashed the sandbox process, where pytest-autograd runs what may crash: the session went on"
 
 
@@ -45,7 +47,7 @@ def failure(context, variant, trial):
     """The CheckFailure for a crash on an input the op must accept."""
     name = display_name(context.case.op)
     details = ([f"arguments: {trial.call}"] if trial.call else []) + [SANDBOX_DETAIL,
-                                                                      f"why it is the op's: {variant.vouched}"]
+                                                                      evidence_line(variant.evidence)]
     details += _last_words(trial)
     return CheckFailure(Report(
         check=context.check_name, device=context.device, sample=context.sample_index, seed=context.seed,
@@ -58,8 +60,10 @@ def note(context, variant, trial):
     name = display_name(context.case.op)
     words = _last_words(trial)
     call = f" ({trial.call})" if trial.call else ""
-    context.note(f"{variant.check}: not judged {variant.situation}: `{name}` {how(trial)} there, in its "
-                 f"{trial.phase or 'forward or backward'}{call}; {variant.unvouched}" + (f"; {words[0]}" if words else ""))
+    seen = f"`{name}` {how(trial)} there, in its {trial.phase or 'forward or backward'}{call}" + \
+        (f" ({words[0]})" if words else "")
+    context.note(f"{variant.check}: " + not_judged(Mismatch(variant.situation, seen), variant.missing or
+                                                   "the plugin made that input up", variant.how or HOW))
 
 
 def _last_words(trial):

@@ -18,9 +18,10 @@ class Variant:
     """An input a check runs the op on.
 
     ``situation`` completes "crashed the process ..." ("when `grad_output` is row-strided", "when dim 0 of `x`
-    (size 8 in your sample) is 1"). ``vouched``: why the op must accept it, so that a crash there is the op's
-    fault (the user's own values in another valid layout, a size ``sizes=`` declares); None when the plugin
-    made it up and cannot vouch for it, ``unvouched`` then says why (a crash there is noted, not judged).
+    (size 8 in your sample) is 1"). ``evidence``: what shows the op must accept it, so that a crash there is
+    the op's fault (the user's own values in another valid layout, a size ``sizes=`` declares), as
+    ``verdicts`` weighs a mismatch; empty when the plugin made it up, and then ``missing`` says why nothing
+    does and ``how`` what would make it a check (a crash there is noted, not judged).
     ``cotangent_layout``: a module-level function laying out each incoming gradient as the check will (None
     where it is not laid out: a trial run uses contiguous ones). ``order``: 2 where the check differentiates
     the gradients again.
@@ -28,8 +29,9 @@ class Variant:
 
     check: str
     situation: str
-    vouched: str = None
-    unvouched: str = None
+    evidence: tuple = ()
+    missing: str = None
+    how: str = None
     cotangent_layout: object = None
     order: int = 1
     hint: str = None  # what usually makes an op crash on such an input, for the failure's hint
@@ -82,8 +84,9 @@ KNOWN_CRASHES = {}  # in such a sandbox: Variant.key() -> the Trial of the crash
 
 
 def _fields(variant):
-    return {"check": variant.check, "situation": variant.situation, "vouched": variant.vouched,
-            "unvouched": variant.unvouched, "order": variant.order, "hint": variant.hint, "narrows": variant.narrows}
+    return {"check": variant.check, "situation": variant.situation, "evidence": list(variant.evidence),
+            "missing": variant.missing, "how": variant.how, "order": variant.order, "hint": variant.hint,
+            "narrows": variant.narrows}
 
 
 def _mark(text):
@@ -104,6 +107,7 @@ def innermost_open(log):
             del stack[int(words[1]) - 1:]
             fields = json.loads(words[2])
             sample = fields.pop("sample", None)
+            fields["evidence"] = tuple(fields.get("evidence", ()))
             stack.append((Variant(**fields), sample))
         elif words[0] == "exit" and len(words) >= 2:
             del stack[int(words[1]) - 1:]

@@ -77,9 +77,9 @@ def run_check(run, check, context, reseed):
         trial = _trial(outcome)
         variant, sample = innermost_open(outcome.crash.log if outcome.crash is not None else "")
         narrowed = variant is not None and variant.narrows and variant.key() in known
-        if variant is None or (variant.vouched and (not variant.narrows or narrowed)) or variant.key() in known:
+        if variant is None or (variant.evidence and (not variant.narrows or narrowed)) or variant.key() in known:
             context.sample_index = sample
-            return crashes.failure(context, variant if variant is not None and variant.vouched else
+            return crashes.failure(context, variant if variant is not None and variant.evidence else
                                    _users_sample(context), trial)
         known[variant.key()] = trial
     context.note(f"{check.name}: the sandbox crashed {MAX_CRASHES + 1} times; the variants left were not judged")
@@ -232,7 +232,7 @@ def phase_of(crash):
 
 
 def _users_sample(context):
-    return Variant(context.check_name, "on your sample", vouched=USERS_SAMPLE)
+    return Variant(context.check_name, "on your sample", evidence=(USERS_SAMPLE,))
 
 
 def _raised_there(raised):
