@@ -303,13 +303,15 @@ def _forward_backward(ctx, grad_out: Tensor):
 
 
 def _linear_grads(ctx, grad_out: Tensor, input: Tensor, weight: Tensor):
-    """Shared by the registered formula and ExtLinearFunction: only compute what is needed."""
+    """Shared by the registered formula and ExtLinearFunction: only compute what is needed. Under
+    torch.autocast the forward's matmul returns a 16-bit output while input and weight stay float32:
+    grad_out is brought to their dtype, as the backward kernel takes one dtype."""
     mask = [
         ctx.needs_input_grad[0],
         ctx.needs_input_grad[1],
         ctx.has_bias and ctx.needs_input_grad[2],
     ]
-    grads = torch.ops.autograd_ext.linear_backward(grad_out, input, weight, mask)
+    grads = torch.ops.autograd_ext.linear_backward(grad_out.to(input.dtype), input, weight, mask)
     return tuple(g if needed else None for g, needed in zip(grads, mask))
 
 

@@ -99,7 +99,10 @@ class LinearFunction(Function):
     for are returned as ``None`` instead of being computed.  The backward is
     built from differentiable torch ops, so double backward works.
 
-    ``input`` may have any number of leading dimensions: ``(*, in)``.
+    ``input`` may have any number of leading dimensions: ``(*, in)``. Under
+    ``torch.autocast`` forward's matmul returns a 16-bit output while the
+    saved ``input`` and ``weight`` stay float32: backward brings
+    ``grad_output`` to their dtype before multiplying them.
     """
 
     @staticmethod
@@ -113,6 +116,7 @@ class LinearFunction(Function):
     @staticmethod
     def backward(ctx, grad_output):
         input, weight, bias = ctx.saved_tensors
+        grad_output = grad_output.to(input.dtype)  # 16-bit under autocast, like forward's matmul
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_input = grad_output @ weight
@@ -151,6 +155,7 @@ class LinearFunctionSetupContext(Function):
     @staticmethod
     def backward(ctx, grad_output):
         input, weight, bias = ctx.saved_tensors
+        grad_output = grad_output.to(input.dtype)  # 16-bit under autocast, like forward's matmul
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_input = grad_output @ weight
