@@ -39,8 +39,22 @@ Overflowing loss scales (the overflow check):
 * :class:`ScaleColumnsSaturatesGradOutput` -- float8-style saturation with ``fmax``/``fmin``: NaN dropped,
   inf saturated to 448.
 
+torch.autocast (the autocast check; the decorated ones are for the CPU's autocast, device_type="cpu"):
+
+* :class:`LinearAutocast` -- correct; ``@torch.amp.custom_fwd`` on forward, ``@torch.amp.custom_bwd`` on backward.
+* :class:`LinearWithoutCustomFwd` -- neither: forward saves float32 tensors and returns bfloat16, and backward's
+  ``grad_output @ weight`` raises a dtype mismatch.
+* :class:`LinearCustomFwdWithoutCustomBwd` -- forward decorated, backward not: backward runs without autocast.
+* :class:`LinearInFloat32` -- correct; ``custom_fwd(cast_inputs=torch.float32)``: float32 output by design.
+* :class:`LinearThenNorm` -- correct; a linear layer then a layer norm whose statistics are float32.
+* :class:`LinearThenNormOnePassVariance` -- the statistics in the activation dtype, ``E[h^2] - E[h]^2``: in
+  bfloat16 the variance cancels away, where ``torch.nn.functional.layer_norm`` under autocast keeps it.
+* :class:`Float32OnlyKernel` -- a kernel that refuses any dtype but float32, as autocast's matmul hands it
+  bfloat16: noted, not failed.
+
 ``samples(generator)`` gives the samples of every op here but the packed ones (``qkv_samples``): one ``x``
-of shape ``(6, 8)``; ``columns_samples`` those of the ScaleColumns ops.
+of shape ``(6, 8)``; ``columns_samples`` those of the ScaleColumns ops, ``linear_samples`` and ``norm_samples``
+those of the linear ones (``linear_then_norm`` is the reference of the norm ones).
 """
 
 from __future__ import annotations
@@ -51,6 +65,13 @@ from torch.autograd import Function
 __all__ = [
     "AnnealedByStepCount",
     "CountsCalls",
+    "Float32OnlyKernel",
+    "LinearAutocast",
+    "LinearCustomFwdWithoutCustomBwd",
+    "LinearInFloat32",
+    "LinearThenNorm",
+    "LinearThenNormOnePassVariance",
+    "LinearWithoutCustomFwd",
     "DropoutOwnGenerator",
     "NoiseFromNumpy",
     "PackedQKV",
@@ -67,6 +88,9 @@ __all__ = [
     "ScaledDropoutFinishesMaskInBackward",
     "TokenDropOwnGenerator",
     "columns_samples",
+    "linear_samples",
+    "linear_then_norm",
+    "norm_samples",
     "qkv_samples",
     "relu_by_mask",
     "samples",
@@ -79,6 +103,17 @@ def samples(generator=None):
 
 def columns_samples(generator=None):
     return [(torch.randn(6, 8, generator=generator), torch.randn(8, generator=generator))]
+
+
+def linear_samples(generator=None):
+    return [(torch.randn(6, 8, generator=generator), torch.randn(5, 8, generator=generator))]
+
+
+def norm_samples(generator=None):
+    """Activations with a large common offset, as after a linear layer with a bias: the variance is small beside
+    the mean square."""
+    x, w = torch.randn(6, 64, generator=generator), torch.randn(32, 64, generator=generator) / 8
+    return [(x, w, 8 + torch.randn(32, generator=generator))]
 
 
 def qkv_samples(generator=None):
@@ -378,3 +413,114 @@ class ScaleColumnsSaturatesGradOutput(ScaleColumns):
     def backward(ctx, grad):
         return ScaleColumns.backward(ctx, torch.fmin(torch.fmax(grad, torch.tensor(-448.0, dtype=grad.dtype)),
                                                      torch.tensor(448.0, dtype=grad.dtype)))
+
+
+# ---------------------------------------------------------------------------
+# torch.autocast
+# ---------------------------------------------------------------------------
+
+
+class LinearWithoutCustomFwd(Function):
+    """Bug under autocast: ``x @ w.T`` without ``custom_fwd``/``custom_bwd``. Forward's matmul returns bfloat16
+    under autocast while ``w`` is saved in float32; backward runs outside autocast, and ``grad @ w`` raises."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.T
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.T @ x
+
+
+class LinearAutocast(LinearWithoutCustomFwd):
+    """``x @ w.T`` with ``custom_fwd``/``custom_bwd``: backward runs under the autocast state forward ran in."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.T
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.T @ x
+
+
+class LinearCustomFwdWithoutCustomBwd(LinearWithoutCustomFwd):
+    """Bug under autocast: forward is ``custom_fwd``, backward is not, so backward runs without autocast on a
+    bfloat16 ``grad`` and float32 saved tensors."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.T
+
+
+class LinearInFloat32(LinearWithoutCustomFwd):
+    """``x @ w.T`` in float32 under autocast on purpose (``cast_inputs=torch.float32``): its output stays float32
+    where ``torch.nn.functional.linear``'s is bfloat16."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.T
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.T @ x
+
+
+def linear_then_norm(x, w, b):
+    """The reference of the norm ops: torch's linear layer, then torch's layer norm (without affine)."""
+    return torch.nn.functional.layer_norm(torch.nn.functional.linear(x, w, b), (w.shape[0],))
+
+
+def _norm_statistics_in_float32(h):
+    h32 = h.float()
+    mean = h32.mean(-1, keepdim=True)
+    var = ((h32 - mean) ** 2).mean(-1, keepdim=True)
+    return ((h32 - mean) * torch.rsqrt(var + 1e-5)).to(h.dtype)
+
+
+def LinearThenNorm(x, w, b):  # noqa: N802 - named like the Function twins it stands beside
+    """A linear layer then a layer norm whose statistics are computed in float32 whatever the activation dtype."""
+    return _norm_statistics_in_float32(x @ w.T + b)
+
+
+def LinearThenNormOnePassVariance(x, w, b):  # noqa: N802
+    """Bug under autocast: the layer norm's statistics in the activation dtype, the variance as E[h^2] - E[h]^2.
+    In float32 that is fine; under autocast ``h`` is bfloat16 and the variance of activations with a large mean
+    cancels away, where torch's layer norm keeps it."""
+    h = torch.nn.functional.linear(x, w, b)
+    mean = h.mean(-1, keepdim=True)
+    var = (h * h).mean(-1, keepdim=True) - mean * mean
+    return (h - mean) * torch.rsqrt(var.clamp(min=0) + 1e-5)
+
+
+class Float32OnlyKernel(Function):
+    """``tanh(x @ w.T)`` through a kernel that takes float32 only: under autocast the matmul hands it bfloat16, and it
+    refuses (a context it cannot run in: noted, not failed)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        h = x @ w.T
+        if h.dtype != torch.float32:
+            raise TypeError(f"tanh kernel: expected float32 tensors, got {h.dtype}")
+        y = torch.tanh(h)
+        ctx.save_for_backward(x, w, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, y = ctx.saved_tensors
+        g = grad * (1 - y * y)
+        return g @ w, g.T @ x

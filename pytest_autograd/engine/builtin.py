@@ -35,6 +35,7 @@ ORDER = [
     "opcheck",
     "compile",
     "precision",
+    "autocast",
     "extreme",
     "bench",
 ]
