@@ -256,11 +256,25 @@ def pytest_itemcollected(item):
 
 def pytest_runtest_setup(item):
     """A marker that would leave an op unchecked (a typo, a place the plugin cannot expand it) fails its test."""
+    if not _carries_a_mark(item):
+        return
     from pytest_autograd.pytest_adapter.marker_misuse import misuse_problem
 
     problem = misuse_problem(item)
     if problem:
         pytest.fail(problem, pytrace=False)
+
+
+def _carries_a_mark(item):
+    """Whether ``item`` or a fixture it uses carries a mark: only then can a marker on it be misused
+    (``marker_misuse`` looks no further than these)."""
+    if next(iter(item.iter_markers()), None) is not None:
+        return True
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", None) or {}
+    functions = [getattr(fixturedef, "func", None) for fixturedefs in definitions.values()
+                 for fixturedef in fixturedefs or ()]
+    return any(getattr(function, "pytestmark", None) or getattr(getattr(function, "__wrapped__", None), "pytestmark",
+                                                                 None) for function in functions)
 
 
 @pytest.hookimpl(trylast=True)
