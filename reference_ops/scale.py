@@ -160,7 +160,8 @@ def _attention_grads(grad, q, k, v, p):
 
 
 class Attention(Function):
-    """``softmax(q k^T / sqrt(d)) v`` over batched ``(B, T, d)`` arguments; backward recomputes the probabilities."""
+    """``softmax(q k^T / sqrt(d)) v`` over batched ``(B, T, d)`` arguments; backward recomputes the probabilities
+    in the saved arguments' dtype (under torch.autocast ``grad`` comes in the 16-bit dtype of forward's matmul)."""
 
     @staticmethod
     def forward(ctx, q, k, v):
@@ -170,7 +171,7 @@ class Attention(Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v = ctx.saved_tensors
-        return _attention_grads(grad, q, k, v, _probabilities(q, k))
+        return _attention_grads(grad.to(q.dtype), q, k, v, _probabilities(q, k))
 
 
 class AttentionSavesProbabilities(Attention):
