@@ -33,6 +33,11 @@
   the weight, and twins writing it to the wrong row or reading the weight as if contiguous.
 * :mod:`reference_ops.random_ops` -- dropout drawing from torch's global random generator (in the input's dtype
   and order, or in a fixed one), and twins with a wrong backward.
+* :mod:`reference_ops.noise` -- noise injection, reparameterized samples and Gumbel noise, right when every
+  evaluation draws alike, and twins whose backward draws the noise again.
+* :mod:`reference_ops.training` -- ops right when called plainly and wrong only where a training step calls
+  them (under autocast, checkpointing, saved-tensor hooks, an overflowing loss scale, gradient accumulation),
+  with their correct twins.
 * :mod:`reference_ops.selection` -- a top-k over integer votes (ties everywhere) and a twin with a wrong
   gradient away from ties.
 * :mod:`reference_ops.flash_attention` -- attention as FlashAttention-2 computes it (backward from ``o`` and
@@ -72,7 +77,7 @@ _EXTENSION_EXPORTS = frozenset(
 )
 _LAZY_SUBMODULES = frozenset({"buggy", "complex_ops", "crashing", "extension", "flash_attention", "fused",
                               "low_precision_reductions", "memory_saving", "mixed_precision", "model", "model_sizes",
-                              "modules", "normalization", "scale",
+                              "modules", "noise", "normalization", "scale", "training",
                               "selection", "sizes", "sizes_triton", "state", "statistics_outputs", "triton_layer_norm",
                               "triton_ops"})
 
