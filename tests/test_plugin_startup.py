@@ -37,10 +37,7 @@ START_UP = {
     "pytest_autograd.checks",
     "pytest_autograd.bench",
     "pytest_autograd.bench.defaults",
-    # --autograd-isolate's modes and help: the exploration package imports its variants with them
-    "pytest_autograd.engine.exploration",
-    "pytest_autograd.engine.exploration.modes",
-    "pytest_autograd.engine.exploration.variants",
+    "pytest_autograd.engine.isolate_modes",  # --autograd-isolate's modes and help
 }
 # ... once there is a test to run, the check that no marker on it would leave an op unchecked, and where
 # pytest shows a header (no -q), whether it has the plugin's lines.

@@ -6,7 +6,7 @@ import pytest
 
 from pytest_autograd.engine import devices
 from pytest_autograd.engine.devices import split_names
-from pytest_autograd.engine.exploration import ISOLATE_HELP, ISOLATE_MODES, isolate_problem
+from pytest_autograd.engine.isolate_modes import ISOLATE_HELP, ISOLATE_MODES, isolate_problem
 from pytest_autograd.engine.outcomes import UsageProblem
 
 OPTIONS = {

@@ -18,7 +18,7 @@ lives here, not in the checks:
 
 from contextlib import contextmanager
 
-from pytest_autograd.engine.exploration.modes import ISOLATE_HELP, ISOLATE_MODES, isolate_mode, isolate_problem
+from pytest_autograd.engine.isolate_modes import ISOLATE_HELP, ISOLATE_MODES, isolate_mode, isolate_problem
 from pytest_autograd.engine.exploration.variants import Variant, VariantCrashed, naming
 
 USERS_SAMPLE = "it is your own sample (or the copy of it the check judges in another dtype)"

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from pytest_autograd.engine.exploration import variants
-from pytest_autograd.engine.exploration.modes import isolate_mode
+from pytest_autograd.engine.isolate_modes import isolate_mode
 from pytest_autograd.engine.exploration.variants import VariantCrashed
 
 TRIAL_SECONDS = 60.0  # a trial run that takes longer is stopped, and counts as hung (within the item's own budget)

@@ -21,7 +21,7 @@ import itertools
 import os
 
 from pytest_autograd.engine.exploration import USERS_SAMPLE, crashes
-from pytest_autograd.engine.exploration.modes import isolate_mode
+from pytest_autograd.engine.isolate_modes import isolate_mode
 from pytest_autograd.engine.exploration.isolation import Trial
 from pytest_autograd.engine.exploration.variants import Variant, innermost_open
 

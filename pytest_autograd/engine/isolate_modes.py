@@ -1,4 +1,5 @@
-"""Where a crash of the op cannot end the run: the isolation modes, as options and markers name them."""
+"""Where a crash of the op cannot end the run: the isolation modes (``engine.exploration``), as options and markers
+name them. Apart from that package, so that declaring the option imports nothing else."""
 
 ISOLATE_MODES = ("explore", "all", "off")  # the first is the default
 ISOLATE_HELP = ("where a crash of the op (a segfault, an abort, a GPU fault) cannot end the session: 'explore' "
@@ -8,7 +9,10 @@ ISOLATE_HELP = ("where a crash of the op (a segfault, an abort, a GPU fault) can
 
 
 def isolate_mode(case):
-    """The case's isolation mode: the marker's ``isolate=``, else the run's (``RunOptions.isolate``)."""
+    """The case's isolation mode: the marker's ``isolate=``, else the run's (``RunOptions.isolate``); "off" for an
+    op across ranks, whose ranks are processes of their own already (``engine.distributed``)."""
+    if case.option("world_size"):
+        return "off"
     return case.option("isolate") or getattr(case.run_options, "isolate", ISOLATE_MODES[0])
 
 
