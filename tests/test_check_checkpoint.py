@@ -83,8 +83,8 @@ class ScaleByCallsBackwardCounts(torch.autograd.Function):
 def test_an_op_whose_plain_runs_differ_from_call_to_call_is_noted_not_judged():
     (outcome,) = run_checks(ScaleByCallsBackwardCounts, samples=samples(), checks=["checkpoint"])
     assert outcome.status == "passed", outcome.detail
-    assert "checkpoint: not judged under checkpoint(use_reentrant=False): two plain runs of the op from one seed" \
-           in outcome.detail
+    assert ("checkpoint: not judged against the plain run under checkpoint(use_reentrant=False): two plain runs "
+            "of the op from one seed") in outcome.detail
 
 
 def test_an_op_that_raises_only_under_the_reentrant_checkpoint_is_noted_with_the_error():
@@ -132,3 +132,24 @@ def test_checkpoint_fails_a_backward_that_raises_only_when_its_saved_tensors_are
     assert outcome.status == "failed"
     assert ("the op's backward raised RuntimeError under checkpoint(use_reentrant=False), though it runs plainly: "
             "saved buffer moved") in outcome.detail
+
+
+def test_a_recompute_that_only_the_reentrant_form_runs_is_judged_there():
+    """An op that saves no tensor is not recomputed by the non-reentrant form, whose backward then uses forward's
+    own ctx; the reentrant form recomputes it, and backward differentiates the recompute."""
+    import random
+
+    class ScaleFromPythonsRandom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.scale = 1 + 0.1 * random.random()
+            return x * ctx.scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.scale
+
+    (outcome,) = run_checks(ScaleFromPythonsRandom, samples=samples(), checks=["checkpoint"])
+    assert outcome.status == "failed", outcome.detail
+    assert ("under checkpoint(use_reentrant=True) the forward recomputed during backward differs from the first "
+            "forward: output changed") in outcome.detail
