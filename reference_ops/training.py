@@ -113,7 +113,7 @@ def norm_samples(generator=None):
     """Activations with a large common offset, as after a linear layer with a bias: the variance is small beside
     the mean square."""
     x, w = torch.randn(6, 64, generator=generator), torch.randn(32, 64, generator=generator) / 8
-    return [(x, w, 8 + torch.randn(32, generator=generator))]
+    return [(x, w, 12 + torch.randn(32, generator=generator))]
 
 
 def qkv_samples(generator=None):
