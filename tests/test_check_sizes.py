@@ -618,7 +618,8 @@ def test_a_kernel_compiled_at_each_new_shape_on_a_gpu_is_still_judged_at_several
 
     monkeypatch.setattr(_size_judge, "first_call_may_compile", lambda device: True)  # as on a GPU
     CompilesAtEachShapeDropsRowsPast1024.compiled.clear()
-    outcome = sizes_outcome(CompilesAtEachShapeDropsRowsPast1024, [Sample(torch.randn(4, 3))])
+    # isolate="off": the patch above holds in this process only
+    outcome = sizes_outcome(CompilesAtEachShapeDropsRowsPast1024, [Sample(torch.randn(4, 3))], isolate="off")
     assert outcome.status == "failed", outcome.detail
     assert "made smaller" not in outcome.detail
     assert "gradient w.r.t. `x` is wrong when dim 0 (size 4 in your sample) is 2051" in outcome.detail
@@ -650,7 +651,7 @@ def test_a_variant_whose_kernel_compiles_is_not_stopped_as_slower_than_the_first
     monkeypatch.setattr(sizes, "VARIANT_SECONDS", 0.05)  # the first variant's pace, shortened for the test
     monkeypatch.setattr(sizes, "VARIANT_SLOWDOWN", 1.0)
     CompilesPerBlockSize.compiled.clear()
-    outcome = sizes_outcome(CompilesPerBlockSize, [Sample(torch.randn(4, 3))])
+    outcome = sizes_outcome(CompilesPerBlockSize, [Sample(torch.randn(4, 3))], isolate="off")  # the patches hold here
     assert outcome.status == "passed", outcome.detail
     assert "stopped after" not in outcome.detail, outcome.detail
 

@@ -236,7 +236,7 @@ class Judge:
                 f"({pair.label}{fmt_index(error.index)}: {fmt(error.expected)} against {fmt(error.got)})")
         evidence = [yardstick] if yardstick else []
         if not verdicts.fails(self.context, Mismatch(self._at(), seen, self.dtype), evidence,
-                              self._no_yardstick(), YARDSTICK_HOW.format(dtype=name)):
+                              self._no_yardstick(), YARDSTICK_HOW.format(dtype=name), draws_differ=True):
             return
         self.context.fail(
             f"{pair.what} in {name} is off from {self.truth_label} by {fmt(error.value)} for inputs scaled to "

@@ -18,8 +18,10 @@ def follow_up(check, context, failure, name):
     options = context.case.run_options
     if fault_on(context.device) is not None:  # the device runs nothing more in this process: nothing to shrink on
         return
+    across = context.case.option("world_size")  # its layout divides the sizes it is given, not smaller ones
     try:
-        shrunk = shrink(check, context, failure, options.shrink_seconds) if options is not None else None
+        shrunk = shrink(check, context, failure, options.shrink_seconds) if options is not None and not across \
+            else None
     except Exception as error:  # noqa: BLE001 - shrinking must never hide the failure: the original sample stands
         shrunk = None
         report.details.append(f"shrinking: stopped by {type(error).__name__}: {error}; the sample above is the "

@@ -20,6 +20,7 @@ Imports no torch and no pytest; the option (``--autograd-timeout``) is the adapt
 
 import ctypes
 import itertools
+from contextlib import contextmanager
 import math
 import sys
 import threading
@@ -108,7 +109,27 @@ def call_with_limit(seconds, fn):
         if not deadline.fired:  # an enclosing budget's: its own call_with_limit handles it
             raise
         frames = traceback.extract_tb(raised.__traceback__)[1:] or deadline.stack or []
-        return Finished(expired=Expired(seconds, list(frames)))
+        frames = list(frames) + list(getattr(raised, "frames_elsewhere", ()))  # a process it waited for, if any
+        return Finished(expired=Expired(seconds, frames))
+
+
+@contextmanager
+def paused():
+    """The calling thread's budgets stand still in the block (time the plugin spends on its own work, such as a
+    trial run in another process that starts first, is not the op's), and the block gets the seconds the
+    innermost of them had left (None without one) to bound that work by."""
+    me = threading.get_ident()
+    mine = [d for d in list(_WATCHDOG.deadlines) if d.thread_id == me and d.active and not d.fired]
+    now = time.monotonic()
+    left = {d: d.due - now for d in mine}
+    for deadline in mine:
+        deadline.due = math.inf
+    try:
+        yield max(0.0, min(left.values())) if left else None
+    finally:
+        now = time.monotonic()
+        for deadline, seconds in left.items():
+            deadline.due = now + seconds
 
 
 def _can_interrupt():

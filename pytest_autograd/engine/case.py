@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pytest_autograd.engine.defaults import DEFAULT_SECONDS, DEFAULT_SHRINK_SECONDS  # noqa: F401 - re-exported
+from pytest_autograd.engine.distributed import OPTIONS as DISTRIBUTED_OPTIONS
 from pytest_autograd.engine.exploration import variants
 from pytest_autograd.engine.outcomes import UsageProblem
 
@@ -69,6 +70,8 @@ CORE_OPTIONS = {
     "mutates": None,
     # Where a crash of the op cannot end the run, for this test (engine/exploration: "explore", "all", "off").
     "isolate": None,
+    # An op that talks to other ranks: run on world_size ranks of a process group (engine/distributed).
+    **DISTRIBUTED_OPTIONS,
 }
 
 
@@ -330,11 +333,15 @@ def build_case(mark_kwargs, samples, where="autograd_check"):
     )
     validate_sample_values(case, where)
     _validate_isolate(mark_kwargs.get("isolate"), where)
+    if mark_kwargs.get("world_size") is not None:  # the op on several ranks, as one op on the global tensors
+        from pytest_autograd.engine.distributed import across_ranks
+
+        case.op = across_ranks(mark_kwargs, arg_names, samples, where)
     return case
 
 
 def _validate_isolate(value, where):
-    from pytest_autograd.engine.exploration import isolate_problem
+    from pytest_autograd.engine.isolate_modes import isolate_problem
 
     problem = None if value is None else isolate_problem(value, f"{where}: isolate=")
     if problem:

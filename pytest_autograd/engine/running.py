@@ -4,7 +4,7 @@ from contextlib import contextmanager
 
 import torch
 
-from pytest_autograd.engine import device_faults
+from pytest_autograd.engine import device_faults, distributed
 from pytest_autograd.engine.budget import call_with_limit, time_budget_failure
 from pytest_autograd.engine.devices import cuda_devices
 from pytest_autograd.engine.float32_math import full_float32
@@ -39,6 +39,18 @@ def run_check(check, context, reseed=False):
     earlier = device_faults.fault_on(context.device)
     if earlier is not None:
         return _not_run_after_fault(check, context, earlier)
+    across = distributed.not_judged(check.name, context.case)
+    if across:
+        raise CheckSkipped(across)
+    failure = _judged(check, context, reseed)
+    if failure is not None and distributed.world_size(context.case):
+        from pytest_autograd.engine.distributed.explain import explain
+
+        explain(failure.report, context.case)
+    return failure
+
+
+def _judged(check, context, reseed):
     if whole_checks.runs_elsewhere(check, context):
         failure = whole_checks.run_check(run_check, check, context, reseed)
         if failure is not whole_checks.RUN_HERE:

@@ -21,6 +21,17 @@ def pytest_autograd_register_checks(registry):
 
 
 @hookspec
+def pytest_autograd_setup_rank(rank, world_size):
+    """Build the project's own parallel state on every rank of a process group that checks an op across ranks
+    (``world_size=`` on the marker), once the default process group is formed: Megatron-style
+    ``initialize_model_parallel(tensor_model_parallel_size=world_size)``, say.
+
+    Runs in each rank's process, not in pytest's: the implementation is imported there from its module (a
+    conftest's from its file), and gets no pytest objects.
+    """
+
+
+@hookspec
 def pytest_autograd_adjust_samples(case, device):
     """Return a new list of samples for ``case`` on ``device``, or None to keep them.
 

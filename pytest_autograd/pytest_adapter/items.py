@@ -10,6 +10,7 @@ from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine import notes
 from pytest_autograd.engine.after_failure import follow_up
 from pytest_autograd.engine.case import RunOptions, build_case, normalise_samples
+from pytest_autograd.engine.distributed import CALL_SECONDS, world_size
 from pytest_autograd.engine.devices import device_problem, physical_gpu, worker_device
 from pytest_autograd.engine.modules import with_parameters
 from pytest_autograd.engine.notes import AutogradNote
@@ -243,6 +244,10 @@ def _build_case(item, mark, device, where, samples):
     case = build_case(mark.kwargs, samples, where)
     case.run_options = run_options(item.config)
     case.origin = op_on_marker(item)
+    if world_size(case):  # an op across ranks: they find it, and the project's rank setup, by reference
+        case.op.origin = case.origin
+        case.op.layout.setups = rank_setups(item.config)
+        case.op.layout.seconds = min(CALL_SECONDS, case.run_options.seconds or CALL_SECONDS)
     _bind_factory(case, item, where)
     for adjusted in item.config.hook.pytest_autograd_adjust_samples(case=case, device=device):
         if adjusted is not None:
@@ -250,6 +255,11 @@ def _build_case(item, mark, device, where, samples):
             validate_sample_values(case, where)
             break
     return case
+
+
+def rank_setups(config):
+    """The functions implementing ``pytest_autograd_setup_rank``, for the ranks to call."""
+    return tuple(impl.function for impl in config.pluginmanager.hook.pytest_autograd_setup_rank.get_hookimpls())
 
 
 def op_on_marker(item):

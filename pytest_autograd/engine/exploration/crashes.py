@@ -44,7 +44,13 @@ def how(trial):
 
 
 def failure(context, variant, trial):
-    """The CheckFailure for a crash on an input the op must accept."""
+    """The CheckFailure for a crash on an input the op must accept; for a call that ran out of the item's time
+    budget there, the budget's own failure, naming where the op was."""
+    if trial.outcome == "hung" and trial.budget:
+        from pytest_autograd.engine.budget import Expired, time_budget_failure
+
+        return time_budget_failure(context.check_name, Expired(trial.budget, trial.frames), context.device,
+                                   context.sample_index)
     name = display_name(context.case.op)
     details = ([f"arguments: {trial.call}"] if trial.call else []) + [SANDBOX_DETAIL,
                                                                       evidence_line(variant.evidence)]

@@ -38,6 +38,8 @@ class Trial:
     seconds: float = None
     call: str = None  # the call's arguments, described
     reason: str = None
+    budget: float = None  # hung: the item's time budget, when that is what it ran out of
+    frames: list = None  # hung: where the check called the op here, then where the op was in the sandbox
 
     @property
     def crashed(self):
@@ -89,12 +91,16 @@ def trial_of(case, context, variant, args, kwargs):
 
 
 def _run_trial(case, context, variant, args, kwargs):
+    from pytest_autograd.engine.budget import paused
+
+    with paused() as left:  # the sandbox's start-up is not the op's time; a trial may take what the item has left
+        return _trial_within(case, context, variant, args, kwargs, left)
+
+
+def _trial_within(case, context, variant, args, kwargs, left):
     from pytest_autograd.engine import processes
 
-    seconds = TRIAL_SECONDS
-    budget = getattr(case.run_options, "seconds", None)
-    if budget:
-        seconds = min(seconds, budget)
+    seconds = TRIAL_SECONDS if left is None else min(TRIAL_SECONDS, left)
     start = time.perf_counter()
     ways = _ways_to_send(case)
     try:
@@ -113,8 +119,12 @@ def _run_trial(case, context, variant, args, kwargs):
         _SPENT[0] += time.perf_counter() - start
     took = time.perf_counter() - start
     if outcome.hung is not None:
+        import traceback
+
         return Trial("hung", crash=outcome.crash, phase=_phase(outcome.crash.log), seconds=outcome.hung,
-                     call=describe_call(case, args, kwargs))
+                     call=describe_call(case, args, kwargs),
+                     budget=getattr(case.run_options, "seconds", None) if seconds != TRIAL_SECONDS else None,
+                     frames=traceback.extract_stack()[:-3] + outcome.crash.frames())
     if outcome.crash is not None:
         return Trial("crashed", crash=outcome.crash, phase=_phase(outcome.crash.last_words), seconds=took,
                      call=describe_call(case, args, kwargs))

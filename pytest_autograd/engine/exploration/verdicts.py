@@ -51,14 +51,33 @@ def ruling(mismatch, evidence, missing, how):
     return not_judged(mismatch, missing, how)
 
 
-def fails(context, mismatch, evidence=(), missing="", how=""):
+def fails(context, mismatch, evidence=(), missing="", how="", draws_differ=False):
     """Whether ``mismatch`` fails the op (the caller then reports it); otherwise it is noted on ``context``, in the
-    check's name, and the check goes on."""
+    check's name, and the check goes on. ``draws_differ``: the runs compared may draw different random numbers;
+    a random op's mismatch then fails until its draws are fixed, so that the runner judges it again with them
+    fixed (``engine.running``), where this rule applies."""
+    if draws_differ and not evidence and not untrusted_dtype(mismatch.dtype) and _draws_not_fixed_yet(context):
+        return True
     note = ruling(mismatch, evidence, missing, how)
     if note is None:
         return True
     context.note(f"{context.check_name}: {note}")
     return False
+
+
+def _draws_not_fixed_yet(context):
+    """Whether the op of ``context`` draws from torch's global generator on its sample, and the check runs without
+    those draws fixed (``engine.random_draws.FixedDraws``)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from pytest_autograd.engine.random_draws import FixedDraws, draws_from_global_generator
+
+    if any(isinstance(mode, FixedDraws) for mode in _get_current_dispatch_mode_stack()):
+        return False
+    samples = context.case.samples
+    index = context.sample_index
+    return any(draws_from_global_generator(context, samples[i])
+               for i in ([index] if isinstance(index, int) and index < len(samples) else range(len(samples))))
 
 
 def not_judged(mismatch, why, how):

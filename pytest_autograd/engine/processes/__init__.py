@@ -62,6 +62,26 @@ class Crash:
                 return f"signal {-self.exitcode}"
         return f"exit code {self.exitcode}"
 
+    def frames(self):
+        """The Python frames of the thread faulthandler wrote first (the crashed, or asked, one), outermost first,
+        as ``traceback.FrameSummary``."""
+        import re
+        import traceback
+
+        found, started = [], False
+        for line in self.log.splitlines():
+            text = line.strip()
+            if text.startswith(("Current thread", "Thread 0x")):
+                if started:
+                    break
+                started = True
+                continue
+            match = re.match(r'File "(.*)", line (\d+) in (.*)', text)
+            if started and match:
+                found.append(traceback.FrameSummary(match.group(1), int(match.group(2)), match.group(3),
+                                                    lookup_line=False))
+        return found[::-1]
+
     def crashed_frame(self):
         """The innermost Python frame faulthandler saw when the process crashed, outside torch and the plugin."""
         frames = [line.strip() for line in self.last_words.splitlines() if line.strip().startswith("File ")]
@@ -113,14 +133,36 @@ class Worker:
         """``function(*args)`` in the child, as an :class:`Outcome`. ``timeout``: seconds before the child is
         stopped and the outcome is ``hung``; None waits as long as the task takes."""
         with self._lock:
-            self._ensure_started()
-            payload, self._state = transport.task_message(function, args, self._state)
             try:
-                self._connection.send_bytes(payload)
+                self.submit(function, *args)
                 return self._answer(timeout)
-            except BaseException:  # a time budget or ^C while the child works: its state is unknown now
+            except BaseException as stopped:  # a time budget or ^C while the child works: its state is unknown now
+                if not isinstance(stopped, Exception):  # say where the child was (the budget's report shows it)
+                    stopped.frames_elsewhere = Crash(None, self._stack_now()).frames()
                 self.stop()
                 raise
+
+    def submit(self, function, *args):
+        """Hand ``function(*args)`` to the child and return at once (``answer`` waits for it): for several workers
+        working together, as the ranks of a process group do."""
+        self._ensure_started()
+        payload, self._state = transport.task_message(function, args, self._state)
+        self._connection.send_bytes(payload)
+
+    def answer(self, timeout=None):
+        """The Outcome of the task ``submit`` handed over (see ``run``)."""
+        return self._answer(timeout)
+
+    def answered(self):
+        """The Outcome of the submitted task if it has come (or the child has died), else None, without waiting."""
+        ready = wait([self._connection, self._process.sentinel], timeout=0)
+        return self._answer(None) if ready else None
+
+    def stop_waiting(self, waited):
+        """Stop a child whose task has not come back: ``hung``, with the stacks it was in."""
+        where = self._stack_now()
+        self.stop()
+        return Outcome(hung=waited, crash=Crash(None, where))
 
     def start_soon(self):
         """Start the child in the background, so that the first task does not wait for torch's import there."""
@@ -138,9 +180,7 @@ class Worker:
         while True:
             left = POLL_SECONDS if deadline is None else min(POLL_SECONDS, deadline - time.monotonic())
             if left <= 0:
-                where = self._stack_now()
-                self.stop()
-                return Outcome(hung=timeout, crash=Crash(None, where))
+                return self.stop_waiting(timeout)
             ready = wait([self._connection, self._process.sentinel], timeout=left)
             if self._connection in ready:
                 try:
