@@ -128,24 +128,23 @@ def _fail(context, plain, chosen, value, name, grad, hidden, required, ref):
 
     count = len(plain.outputs)
     grad_names = backward_argument_names(context.case, count)
-    k, flat = next(iter(chosen.items()))
-    at = unravel(flat, tuple(plain.outputs[k].shape))
     special, article = ("inf", "an") if math.isinf(value) else ("NaN", "a")
     where = ", ".join(f"{grad_names[j]}{fmt_index(unravel(f, tuple(plain.outputs[j].shape)))}"
                       for j, f in chosen.items())
     position = unravel(int(hidden.reshape(-1).nonzero()[0]), tuple(grad.shape))
     reference = " (the reference's gradient there is not finite)" if ref is not None else ""
+    incoming = f"`{grad_names[next(iter(chosen))]}`" if len(chosen) == 1 else "the incoming gradients"
+    fields = {"output": output_label(next(iter(chosen)), count)} if len(chosen) == 1 else {}
     context.fail(
-        f"{article} {special} in `{grad_names[k]}` does not reach the gradient w.r.t. `{name}`: {int(hidden.sum())} "
+        f"{article} {special} in {incoming} does not reach the gradient w.r.t. `{name}`: {int(hidden.sum())} "
         f"of the {int(required.sum())} element(s) it flows into stay finite",
-        argument=name, output=output_label(k, count),
-        worst=f"grad {name}{fmt_index(position)}: {fmt(float(grad[position]))} with {grad_names[k]}{fmt_index(at)} "
-              f"= {special}{reference}",
+        argument=name, worst=f"grad {name}{fmt_index(position)}: {fmt(float(grad[position]))} with {where} = "
+                             f"{special}{reference}",
         details=[f"{where} set to {special}, as a backward from a loss scaled past the dtype's range gives; "
                  "torch.amp.GradScaler skips the step only when it finds an inf or NaN in the gradients",
                  f"with a large finite value there instead, those elements of the gradient w.r.t. `{name}` move: "
                  "backward does read it into them"],
-        hint=HINT.format(name=grad_names[k]))
+        hint=HINT.format(name=grad_names[next(iter(chosen))] if len(chosen) == 1 else "grad_output"), **fields)
 
 
 check = Overflow()
