@@ -80,12 +80,15 @@ class AcrossRanks:
     def __init__(self, op, layout):
         self.op, self.layout = op, layout
         self.origin = None  # where the ranks find the op when it cannot be sent itself (processes.transport)
+        self.hung = None  # the RanksFailed of a call some rank hung in: the calls after it are not run again
         self.__name__ = getattr(op, "__name__", type(op).__name__)
         self.__qualname__ = getattr(op, "__qualname__", self.__name__)
         self.__module__ = getattr(op, "__module__", None)
         self.__wrapped__ = op
 
     def __call__(self, *args, **kwargs):
+        if self.hung is not None:
+            raise RanksFailed(f"{self.hung} (as in an earlier call, which was not run again)")
         keys = tuple(kwargs)
         values = (*args, *kwargs.values())
         keep = torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
@@ -131,7 +134,7 @@ class _Call(torch.autograd.Function):
         outcomes = group.run(forward_on_rank, [(sent, call, args, kwargs, device.type, keep, released)
                                                for args, kwargs in per_rank], timeout=layout.seconds,
                              setups=layout.setups)
-        _raise_if_failed(outcomes, "forward")
+        _raise_if_failed(outcomes, "forward", across)
         locals_ = [outcome.value for outcome in outcomes]
         outputs = []
         for index in range(len(locals_[0])):
@@ -169,7 +172,7 @@ class _Call(torch.autograd.Function):
         released = _released()
         outcomes = group.run(backward_on_rank, [(ctx.call, cotangents, released) for cotangents in per_rank],
                              timeout=layout.seconds, setups=layout.setups)
-        _raise_if_failed(outcomes, "backward")
+        _raise_if_failed(outcomes, "backward", ctx.across)
         locals_ = [outcome.value for outcome in outcomes]
         found = {}
         for position, slot in enumerate(ctx.leaves):
@@ -221,10 +224,13 @@ def _or_zeros(grad, ctx, slot, rank, layout):
     return torch.zeros(shape, dtype=ctx.dtypes[slot])
 
 
-def _raise_if_failed(outcomes, phase):
+def _raise_if_failed(outcomes, phase, across):
     if all(outcome.returned for outcome in outcomes):
         return
-    raise RanksFailed(f"in its {phase}: " + "; ".join(_fate(rank, outcome) for rank, outcome in enumerate(outcomes)))
+    message = f"in its {phase}: " + "; ".join(_fate(rank, outcome) for rank, outcome in enumerate(outcomes))
+    if any(outcome.hung is not None for outcome in outcomes):
+        across.hung = message  # a wait that long again, for each call a check makes, would only cost time
+    raise RanksFailed(message)
 
 
 def _fate(rank, outcome):

@@ -138,7 +138,7 @@ class Worker:
                 return self._answer(timeout)
             except BaseException as stopped:  # a time budget or ^C while the child works: its state is unknown now
                 if not isinstance(stopped, Exception):  # say where the child was (the budget's report shows it)
-                    stopped.frames_elsewhere = Crash(None, self._stack_now()).frames()
+                    stopped.frames_elsewhere = Crash(None, self.stack_now()).frames()
                 self.stop()
                 raise
 
@@ -160,7 +160,7 @@ class Worker:
 
     def stop_waiting(self, waited):
         """Stop a child whose task has not come back: ``hung``, with the stacks it was in."""
-        where = self._stack_now()
+        where = self.stack_now()
         self.stop()
         return Outcome(hung=waited, crash=Crash(None, where))
 
@@ -195,7 +195,7 @@ class Worker:
             if self._process.sentinel in ready:
                 return Outcome(crash=self._ended())
 
-    def _stack_now(self):
+    def stack_now(self):
         """The child's Python stacks, as faulthandler writes them when asked (where a task that hangs waits)."""
         if not hasattr(signal, "SIGUSR1") or self._process is None or not self._process.is_alive():
             return ""

@@ -15,9 +15,10 @@ import os
 import tempfile
 import time
 
-from pytest_autograd.engine.processes import POLL_SECONDS, Worker
+from pytest_autograd.engine.processes import POLL_SECONDS, Crash, Worker
 
-GRACE_SECONDS = 3.0  # after one rank failed, how long the others may take to finish before they are stopped
+GRACE_SECONDS = 3.0  # after one rank failed, how long the others may take to finish before they are stopped ...
+FINISHED_GRACE_SECONDS = 10.0  # ... and after one finished (the others most likely wait in a collective it skipped)
 JOIN_SECONDS = 120.0  # forming the group (each rank imports torch.distributed, NCCL creates its communicators)
 
 
@@ -37,12 +38,22 @@ class RankGroup:
         ``setups`` called with (rank, world_size) on every rank) first; one Outcome per rank. A rank that has
         not answered ``timeout`` seconds after the start, or ``GRACE_SECONDS`` after another rank failed, is
         stopped as hung, with the stacks it waited in."""
+        from pytest_autograd.engine.budget import paused
+
         setups = tuple(setups)
         if self._formed_with != setups:
-            formed = self._form(setups)
+            with paused():  # forming the group is not the op's time
+                formed = self._form(setups)
             if formed is not None:
                 return formed
-        outcomes = self._together(function, [(rank, *args) for rank, args in enumerate(per_rank_args)], timeout)
+        try:
+            outcomes = self._together(function, [(rank, *args) for rank, args in enumerate(per_rank_args)], timeout)
+        except BaseException as stopped:  # a time budget or ^C while the ranks work: where they were, then stop
+            if not isinstance(stopped, Exception):
+                stopped.frames_elsewhere = [frame for worker in self.workers
+                                            for frame in Crash(None, worker.stack_now()).frames()]
+            self.stop()
+            raise
         if not all(outcome.returned for outcome in outcomes):
             self.stop()
         return outcomes
@@ -70,9 +81,11 @@ class RankGroup:
             for rank, worker in enumerate(self.workers):
                 if outcomes[rank] is None:
                     outcomes[rank] = worker.answered()
-            failed = any(outcome is not None and not outcome.returned for outcome in outcomes)
-            if failed and (deadline is None or deadline > time.monotonic() + GRACE_SECONDS):
-                deadline = time.monotonic() + GRACE_SECONDS
+            finished = [outcome for outcome in outcomes if outcome is not None]
+            if finished and len(finished) < len(outcomes):
+                grace = FINISHED_GRACE_SECONDS if all(o.returned for o in finished) else GRACE_SECONDS
+                if deadline is None or deadline > time.monotonic() + grace:
+                    deadline = time.monotonic() + grace
             if deadline is not None and time.monotonic() >= deadline:
                 for rank, worker in enumerate(self.workers):
                     if outcomes[rank] is None:
