@@ -37,6 +37,7 @@ class LinearTailDroppedOnCuda(Function):
     @staticmethod
     def backward(ctx, grad_output):
         input, weight, bias = ctx.saved_tensors
+        grad_output = grad_output.to(input.dtype)  # 16-bit under autocast, like forward's matmul
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_input = grad_output @ weight

@@ -1,9 +1,13 @@
 """A kernel that crashes the process is a verdict, never the end of the session (engine/exploration).
 
 The ops of reference_ops.crashing read address 0 exactly where a kernel would read out of bounds, so each crash
-is certain: on the user's own sample (a failure), on the user's own values in another layout (a failure naming
+is certain: on the user's own sample (a failure where every check runs in the sandbox, ``--autograd-isolate=all``;
+by default the session's process dies and the sandbox names the item it died in), on the user's own values in another layout (a failure naming
 the layout), and on a batch the plugin cut while a box still names its last image (a note, never a failure).
 """
+
+import subprocess
+import sys
 
 import pytest
 
@@ -51,14 +55,29 @@ def crashing(pytester):
     return pytester
 
 
-def test_a_forward_that_crashes_on_the_users_sample_fails_each_check_and_the_session_reports(crashing):
-    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "-k", "null_forward", "--junitxml=junit.xml")
+def test_a_forward_that_crashes_on_the_users_sample_ends_the_session_naming_the_item_and_the_cure(crashing):
+    # by default only the checks that explore run in the sandbox: the user's own sample runs in pytest's process.
+    # Read through pipes, as a terminal or CI does: the sandbox writes after the session's process is gone
+    finished = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "null_forward"],
+                              cwd=crashing.path, capture_output=True, text=True, timeout=300)
+    assert finished.returncode not in (0, 1, 5), finished.stdout
+    assert "pytest-autograd: the test session's process died while running " \
+           "test_ops.py::test_null_forward[gradcheck-cpu], without a word of its own: an op's native code crashed " \
+           "it there, in pytest's own process. --autograd-isolate=all runs every check in a sandbox process" \
+           in finished.stderr, finished.stderr[-3000:]
+
+
+def test_under_isolate_all_a_forward_that_crashes_on_the_users_sample_fails_each_check_and_the_session_reports(
+        crashing):
+    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "-k", "null_forward", "--junitxml=junit.xml",
+                                           "--autograd-isolate=all")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines([
-        "`NullForward` crashed the process (SIGSEGV) on sample 0: its forward reads or writes memory it does not own",
+        "`NullForward` crashed the process (SIGSEGV) on your sample: its forward reads or writes memory it does not "
+        "own",
         "  check gradcheck, device cpu, sample 0",
-        "  arguments: x: float64 (4, 5)",
         "*the session went on*",
+        "*it is your own sample*",
         "  crashed at: File *reference_ops/crashing.py*",
     ])
     result.stdout.fnmatch_lines(["`NullForward` crashed the process (SIGSEGV) on your sample: its forward *",

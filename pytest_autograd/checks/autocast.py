@@ -33,7 +33,7 @@ import torch
 from pytest_autograd.checks._fewer_rows import judged_sample
 from pytest_autograd.checks._reruns import seed_generators
 from pytest_autograd.checks._transforms import Run, normwise_error, paired_tensors, rounded_cotangents
-from pytest_autograd.checks.base import Check
+from pytest_autograd.checks.base import Check, skip_if_the_interpreter_refused
 from pytest_autograd.engine.execution import OpRaised, grads_of, has_floating_input
 from pytest_autograd.results.compare import dtype_label, fmt
 
@@ -149,7 +149,8 @@ def _judge(context, sample, dtype):
 
 def _op_raised(context, raised, where, dtype):
     """The op raised under autocast: in backward (its forward ran) it fails; a forward that raises is a context
-    the op cannot run in, noted."""
+    the op cannot run in, noted (a kernel Triton's interpreter cannot run: the check is skipped, as every other)."""
+    skip_if_the_interpreter_refused(raised)
     if raised.phase == "backward":
         device = str(context.device).split(":")[0]
         if not context.case.is_function:

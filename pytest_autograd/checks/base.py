@@ -83,8 +83,11 @@ class CheckContext:
 
     def samples(self):
         """(index, sample) pairs; failures raised meanwhile name the sample."""
+        from pytest_autograd.engine.exploration.variants import mark_sample
+
         for index, sample in enumerate(self.case.samples):
             self.sample_index = index
+            mark_sample(index)
             yield index, sample
         self.sample_index = None
 
@@ -123,7 +126,7 @@ class CheckContext:
         """Fail because ``reference=`` raised (an OpRaised from calling it): blame the reference, not the op."""
         from pytest_autograd.engine.case import op_display_name
 
-        _skip_if_the_interpreter_refused(raised)
+        skip_if_the_interpreter_refused(raised)
         where = raised.where()
         self.fail(f"reference={op_display_name(self.case.reference)} raised {type(raised.error).__name__} in its "
                   f"{raised.phase}: {raised.error}", details=[f"at {where}"] if where else [],
@@ -131,7 +134,7 @@ class CheckContext:
 
     def fail_raised(self, raised, situation="", hint=None, details=(), **fields):
         """Fail because the op raised (an OpRaised): its error, what was tried, and the user's frame."""
-        _skip_if_the_interpreter_refused(raised)
+        skip_if_the_interpreter_refused(raised)
         where = raised.where()
         details = list(details) + ([f"at {where}"] if where else [])
         during = f" {situation}" if situation else ""
@@ -153,7 +156,7 @@ class CheckContext:
         self.fail(summary, worst=mismatch.worst(what), error=mismatch.error_line(), hint=hint, **fields)
 
 
-def _skip_if_the_interpreter_refused(raised):
+def skip_if_the_interpreter_refused(raised):
     """An op whose Triton kernel Triton's interpreter cannot run is skipped, not failed (see triton_interpreter)."""
     from pytest_autograd.engine.outcomes import skip
     from pytest_autograd.engine.triton_interpreter import interpreter_refusal

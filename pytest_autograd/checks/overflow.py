@@ -28,7 +28,8 @@ from pytest_autograd.checks._plain_run import plain_run
 from pytest_autograd.checks._training_runs import run_in
 from pytest_autograd.checks.base import Check
 from pytest_autograd.engine.execution import OpRaised, constants_only_reason, has_floating_input, output_label
-from pytest_autograd.results.compare import fmt, fmt_index, unravel
+from pytest_autograd.results.compare import dtype_label, fmt, fmt_index, unravel
+from pytest_autograd.results.evidence import Evidence
 
 HINT = ("do not clamp `{name}`, nan_to_num it, mask its non-finite values or saturate it with fmax/fmin: an inf or "
         "NaN there must reach the gradients, so torch.amp.GradScaler sees the overflow and skips the step (clamp or "
@@ -135,6 +136,7 @@ def _fail(context, plain, chosen, value, name, grad, hidden, required, ref):
     reference = " (the reference's gradient there is not finite)" if ref is not None else ""
     incoming = f"`{grad_names[next(iter(chosen))]}`" if len(chosen) == 1 else "the incoming gradients"
     fields = {"output": output_label(next(iter(chosen)), count)} if len(chosen) == 1 else {}
+    kept = grad.detach()[hidden]  # the elements that stay finite, against what reaching them would give
     context.fail(
         f"{article} {special} in {incoming} does not reach the gradient w.r.t. `{name}`: {int(hidden.sum())} "
         f"of the {int(required.sum())} element(s) it flows into stay finite",
@@ -144,7 +146,8 @@ def _fail(context, plain, chosen, value, name, grad, hidden, required, ref):
                  "torch.amp.GradScaler skips the step only when it finds an inf or NaN in the gradients",
                  f"with a large finite value there instead, those elements of the gradient w.r.t. `{name}` move: "
                  "backward does read it into them"],
-        hint=HINT.format(name=grad_names[next(iter(chosen))] if len(chosen) == 1 else "grad_output"), **fields)
+        hint=HINT.format(name=grad_names[next(iter(chosen))] if len(chosen) == 1 else "grad_output"),
+        dtype=dtype_label(grad.dtype), evidence=[Evidence.of(f"grad {name} where it stays finite", torch.full_like(kept, value), kept)], **fields)
 
 
 check = Overflow()

@@ -28,7 +28,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from pytest_autograd.engine.case import DEFAULT_SECONDS  # noqa: F401 - the default budget, re-exported
+from pytest_autograd.engine.defaults import DEFAULT_SECONDS  # noqa: F401 - the default budget, re-exported
 
 RETRY_SECONDS = 1.0
 POLL_SECONDS = 0.25  # how often the watchdog looks at the deadlines: their resolution

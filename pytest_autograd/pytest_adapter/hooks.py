@@ -133,24 +133,39 @@ def pytest_collection_finish(session):
         from pytest_autograd.pytest_adapter.shared_cases import record_items
 
         record_items(session)
-        _start_the_sandbox(config)
+        _start_the_sandbox(session)
     if hasattr(config, "workerinput"):  # an xdist worker: its controller validated before collection
         return
     config.stash[SETTINGS].validate_checks(config.stash[REGISTRY].names())
 
 
-def _start_the_sandbox(config):
-    """Start the sandbox process (``engine.exploration``) in the background once the session has autograd items:
-    torch's import there overlaps the end of collection and the first items, instead of holding up the first check
-    that needs it."""
+def _start_the_sandbox(session):
+    """Start the sandbox process (``engine.exploration``) in the background once the session has autograd items,
+    and have it import the test modules: torch's import there, and the ops', overlap the end of collection and the
+    first items, instead of holding up the first check that needs them."""
     from pytest_autograd.pytest_adapter.shared_cases import ITEMS_OF_TEST
 
+    config = session.config
     if not config.stash.get(ITEMS_OF_TEST, None) or config.stash[SETTINGS].isolate == "off" or \
             _is_xdist_controller(config):
         return
+    from pytest_autograd.engine.exploration.whole_checks import warm
     from pytest_autograd.engine.processes import sandbox
 
-    sandbox().start_soon()
+    modules = list(dict.fromkeys(item.module.__name__ for item in session.items
+                                 if item_spec(item) is not None and getattr(item, "module", None) is not None))
+    _farewell_to_the_real_stderr(config, sandbox())
+    sandbox().start_soon(warm, modules)
+
+
+def _farewell_to_the_real_stderr(config, worker):
+    """The sandbox's farewell (the session's process died in an op) goes to the terminal or log the session writes
+    to, never into the capture of the item under way."""
+    from contextlib import nullcontext
+
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture is not None else nullcontext():
+        worker.farewell_to(2)
 
 
 def _is_xdist_controller(config):

@@ -72,9 +72,11 @@ def attempt(context, variant, run, otherwise=CRASHED):
 
 @contextmanager
 def on_users_sample(context, order=1):
-    """The check's calls of the op outside any variant are on the user's own sample: tried in the sandbox
-    first too, and a crash there fails the check, naming the sample."""
-    variant = Variant(context.check_name, "on your sample", evidence=(USERS_SAMPLE,), order=order)
+    """The check's calls of the op outside any variant are on the user's own sample: where the check runs in the
+    sandbox (``whole_checks``), a crash there fails the check, naming the sample. In the session's process they
+    are not tried in the sandbox first (a trial of every kind of call costs more than the checks on small samples
+    do): ``isolate="all"`` runs every check in the sandbox."""
+    variant = Variant(context.check_name, "on your sample", evidence=(USERS_SAMPLE,), order=order, tried=False)
     try:
         with exploring(context, variant):
             yield

@@ -50,7 +50,7 @@ def before_call(case, args, kwargs):
     """Called by ``OpCase.call`` before each call: under an explored variant, the trial run of a new kind of call
     (raising VariantCrashed when it crashed)."""
     found = variants.active()
-    if found is None or isolate_mode(case) == "off" or _compiling():
+    if found is None or not found[1].tried or isolate_mode(case) == "off" or _compiling():
         return
     context, variant = found
     trial = trial_of(case, context, variant, args, kwargs)

@@ -36,6 +36,7 @@ class Variant:
     order: int = 1
     hint: str = None  # what usually makes an op crash on such an input, for the failure's hint
     narrows: bool = False  # a crash there is narrowed down (the block's ``narrow`` tries its parts one by one)
+    tried: bool = True  # each new kind of call tried in the sandbox first, where the check runs in this process
 
     def key(self):
         return (self.check, self.situation, self.order)
@@ -89,6 +90,13 @@ def _fields(variant):
             "narrows": variant.narrows}
 
 
+def mark_sample(index):
+    """In a sandbox running whole checks: the check goes on to sample ``index`` (a crash in a variant entered
+    before, such as the check's calls on the user's own samples, names it)."""
+    if MARKING:
+        _mark(f"sample {index}")
+
+
 def _mark(text):
     import os
 
@@ -108,7 +116,11 @@ def innermost_open(log):
             fields = json.loads(words[2])
             sample = fields.pop("sample", None)
             fields["evidence"] = tuple(fields.get("evidence", ()))
-            stack.append((Variant(**fields), sample))
+            stack.append([Variant(**fields), sample, sample is None])  # None: entered before the samples
         elif words[0] == "exit" and len(words) >= 2:
             del stack[int(words[1]) - 1:]
-    return stack[-1] if stack else (None, None)
+        elif words[0] == "sample" and len(words) == 2:
+            for entry in stack:
+                if entry[2]:  # the variant spans the check's loop over the samples: it is on this one now
+                    entry[1] = int(words[1])
+    return tuple(stack[-1][:2]) if stack else (None, None)

@@ -97,6 +97,24 @@ def _task(run, check, context, worker, known, reseed):
             _settings())
 
 
+def warm(modules):
+    """In the sandbox, before its first task: import what running checks there needs, and ``modules`` (the test
+    modules of the session: they import the ops, build their extensions, register their torch.ops)."""
+    import importlib
+
+    from pytest_autograd.engine.builtin import builtin_check_names
+    from pytest_autograd.engine.processes import transport
+
+    importlib.import_module("pytest_autograd.engine.running")
+    for name in builtin_check_names():
+        importlib.import_module(f"pytest_autograd.checks.{name}")
+    for module in modules:
+        try:
+            transport.import_module(module)
+        except BaseException:  # noqa: BLE001 - a test module that cannot be imported here: the task says so later
+            continue
+
+
 def _settings():
     """What the session's process has set that a check's verdict may depend on: environment variables, torch's
     default dtype and deterministic mode."""

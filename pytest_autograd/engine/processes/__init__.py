@@ -119,9 +119,14 @@ class Outcome:
 class Worker:
     """One persistent child process running tasks one at a time; started on first use, again after a crash."""
 
-    def __init__(self, name="sandbox", environment=None):
+    def __init__(self, name="sandbox", environment=None, farewell=None):
         self.name = name
         self.environment = environment or {}  # variables the child sets before its first task
+        # What the child writes to the session's stderr when the session's process dies under it (a crash: the
+        # process is gone without a word of its own), ``{where}`` replaced by what ``mark`` said last
+        self.farewell = farewell
+        self._farewell_fd = None  # where the farewell goes (the session's real stderr); None: the child's stderr
+        self._marks = None
         self._process = None
         self._connection = None
         self._log = None
@@ -164,16 +169,21 @@ class Worker:
         self.stop()
         return Outcome(hung=waited, crash=Crash(None, where))
 
-    def start_soon(self):
-        """Start the child in the background, so that the first task does not wait for torch's import there."""
-        threading.Thread(target=self._start_quietly, name=f"pytest-autograd-{self.name}-start", daemon=True).start()
+    def start_soon(self, *warm):
+        """Start the child in the background, so that the first task does not wait for torch's import there; then
+        run ``warm`` (a function and its arguments: what the first tasks will import) there."""
+        threading.Thread(target=self._start_quietly, args=warm, name=f"pytest-autograd-{self.name}-start",
+                         daemon=True).start()
 
-    def _start_quietly(self):
+    def _start_quietly(self, *warm):
         with self._lock:
             try:
                 self._ensure_started()
+                if warm:
+                    self.submit(*warm)
+                    self._answer(None)
             except Exception:  # noqa: BLE001 - the first task starts it again, and says what went wrong
-                self._forget()
+                self.stop()
 
     def _answer(self, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -221,7 +231,12 @@ class Worker:
         parent_end, child_end = context.Pipe(duplex=True)
         handle, self._log = tempfile.mkstemp(prefix=f"pytest-autograd-{self.name}-", suffix=".log")
         os.close(handle)
-        process = context.Process(target=_serve, args=(child_end, self._log, self.environment),
+        if self.farewell and self._marks is None:
+            handle, self._marks = tempfile.mkstemp(prefix=f"pytest-autograd-{self.name}-", suffix=".where")
+            os.close(handle)
+        farewell_to = None if self._farewell_fd is None else _InheritedFd(self._farewell_fd)
+        process = context.Process(target=_serve, args=(child_end, self._log, self.environment, self.farewell,
+                                                        self._marks, farewell_to),
                                   name=f"pytest-autograd-{self.name}", daemon=True)
         with _main_module_hidden():
             process.start()
@@ -229,6 +244,17 @@ class Worker:
         self._process, self._connection = process, parent_end
         self.starts += 1
         _LIVE.add(self)
+
+    def farewell_to(self, fd):
+        """Write the farewell to ``fd`` (a copy is kept): the session's stderr as pytest's capture left it, where
+        a child started while an item's output is captured would write it into the capture."""
+        self._farewell_fd = os.dup(fd)
+
+    def mark(self, where):
+        """Say what the session is doing now (the item running), for the farewell of a child whose session died."""
+        if self._marks is not None:
+            with open(self._marks, "w") as marks:
+                marks.write(where)
 
     def stop(self):
         """End the child now (killed if it does not answer); the next task starts a new one."""
@@ -246,6 +272,9 @@ class Worker:
         _LIVE.discard(self)
 
 
+FAREWELL = ("pytest-autograd: the test session's process died while running {where}, without a word of its own: "
+            "an op's native code crashed it there, in pytest's own process. --autograd-isolate=all runs every check in "
+            "a sandbox process, where such a crash is reported as the check's failure and the session goes on.\n")
 _LIVE = set()
 _SANDBOX = {}  # pid -> the sandbox worker of that process (a forked child never uses its parent's)
 
@@ -255,7 +284,7 @@ def sandbox():
     pid = os.getpid()
     if pid not in _SANDBOX:
         _SANDBOX.clear()
-        _SANDBOX[pid] = Worker("sandbox")
+        _SANDBOX[pid] = Worker("sandbox", farewell=FAREWELL)
     return _SANDBOX[pid]
 
 
@@ -287,10 +316,26 @@ def _main_module_hidden():
             main.__dict__.update(saved)
 
 
-def _serve(connection, log, environment):
+def _serve(connection, log, environment, farewell, marks, farewell_to):
     from pytest_autograd.engine.processes.child import serve
 
-    serve(connection, log, environment)
+    serve(connection, log, environment, farewell, marks, farewell_to)
+
+
+class _InheritedFd:
+    """A file descriptor of the parent that the child receives a copy of, whatever the start method."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def __reduce__(self):  # pickled while multiprocessing starts the child: DupFd hands the fd over then
+        from multiprocessing.reduction import DupFd
+
+        return _detached, (DupFd(self.fd),)
+
+
+def _detached(duplicate):
+    return duplicate.detach()
 
 
 def _read(path):

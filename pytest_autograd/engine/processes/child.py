@@ -14,15 +14,19 @@ import traceback
 from pytest_autograd.engine.processes import transport
 
 
-def serve(connection, log, environment):
+def serve(connection, log, environment, farewell=None, marks=None, farewell_to=None):
     """Answer each task with ("value", result), ("raised", RaisedElsewhere) or ("fault", RaisedElsewhere) for
-    an error that left the task's GPU unusable (the parent then starts a new child)."""
+    an error that left the task's GPU unusable (the parent then starts a new child). When the parent hangs up
+    without stopping the child (it died), write ``farewell`` to the session's stderr (``farewell_to``, else the
+    stderr the child was started with), saying where it was."""
+    session_stderr = os.dup(2) if farewell_to is None else farewell_to
     _write_to(log)
     os.environ.update(environment)
     while True:
         try:
             message = connection.recv_bytes()
         except (EOFError, OSError):
+            _farewell(session_stderr, farewell, marks)
             return
         kind, value = _run(message)
         try:
@@ -30,6 +34,19 @@ def serve(connection, log, environment):
         except Exception as error:  # a result that cannot cross back
             answer = transport.dumps(("raised", _raised(error)))
         connection.send_bytes(answer)
+
+
+def _farewell(stderr, farewell, marks):
+    """The parent stops a child it is done with; a child that finds its parent gone outlived a crash."""
+    if not farewell or not marks:
+        return
+    try:
+        with open(marks) as found:
+            where = found.read().strip()
+        os.write(stderr, ("\n" + farewell.format(where=where or "its collection")).encode())
+        os.unlink(marks)
+    except OSError:
+        pass
 
 
 def _run(message):

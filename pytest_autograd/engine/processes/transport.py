@@ -239,6 +239,11 @@ def _registering_module(qualified):
     return getattr(getattr(OPDEFS.get(qualified), "_init_fn", None), "__module__", None)
 
 
+def import_module(module):
+    """Import ``module`` by name, or from the file the parent imported it from."""
+    _import(module)
+
+
 def _import(module):
     try:
         importlib.import_module(module)
