@@ -353,12 +353,16 @@ class ReLUPositiveGradOnly(Function):
         return grad_output.clamp(min=0) * (x > 0).to(grad_output.dtype)
 
 
+SCHEDULING = torch.Generator().manual_seed(0)  # stands in for the order a kernel's threads happen to finish in
+
+
 class ReLUNondeterministic(Function):
-    """Bug: backward adds tiny random noise, ``1e-7 * torch.rand_like``, to the gradient.
+    """Bug: backward scales the gradient by ``1 + 1e-5 * u``, ``u`` drawn from a generator of its own.
 
     Stands in for a kernel with a race or unordered atomic accumulation: two
     backward passes with the same inputs and cotangent give slightly
-    different gradients (and the op consumes the global RNG).
+    different gradients, and no reseeding of torch's generators makes them
+    agree (scheduling is not seeded).
     """
 
     @staticmethod
@@ -369,7 +373,8 @@ class ReLUNondeterministic(Function):
     @staticmethod
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
-        noisy = grad_output + 1e-7 * torch.rand_like(grad_output)
+        race = torch.rand(grad_output.shape, generator=SCHEDULING, dtype=grad_output.dtype)
+        noisy = grad_output * (1 + 1e-5 * race.to(grad_output.device))
         return noisy * (x > 0).to(grad_output.dtype)
 
 

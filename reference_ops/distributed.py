@@ -36,6 +36,19 @@ Layers:
   equal slices to every rank (expert parallel dispatch); twin
   :class:`AllToAllDispatchNoBackwardExchange` (the backward returns the
   received gradient without sending it back).
+
+Other ways of talking across ranks:
+
+* :class:`ReduceFromRegionFunctional` -- the all-reduce through
+  ``torch.distributed._functional_collectives``; twin
+  :class:`ReduceFromRegionFunctionalReducesGrad`.
+* :func:`dtensor_linear` -- ``F.linear`` on DTensors (``dtensors=True`` on the
+  marker), DTensor's rules running the collectives.
+* :func:`column_linear_on_local_shards` -- a column-parallel linear written on
+  the DTensors' local shards; twin
+  :func:`column_linear_on_local_shards_without_partial_grad` (``x.to_local()``
+  without ``grad_placements=[Partial()]``: the ranks keep different partial
+  gradients of the replicated ``x``).
 """
 
 import torch
@@ -275,3 +288,47 @@ def _exchange(tokens):
     dist.all_to_all_single(received, tokens.contiguous())
     del world
     return received
+
+
+# --- Functional collectives (the traceable ones torch.compile sees) -------------------------------------------------
+
+class ReduceFromRegionFunctional(ReduceFromRegion):
+    """:class:`ReduceFromRegion` on ``torch.distributed._functional_collectives``: the all-reduce returns a new
+    tensor instead of writing into its argument."""
+
+    @staticmethod
+    def forward(ctx, x):
+        from torch.distributed import _functional_collectives as funcol
+
+        return funcol.wait_tensor(funcol.all_reduce(x, "sum", dist.group.WORLD))
+
+
+class ReduceFromRegionFunctionalReducesGrad(ReduceFromRegionFunctional):
+    @staticmethod
+    def backward(ctx, grad):
+        from torch.distributed import _functional_collectives as funcol
+
+        return funcol.wait_tensor(funcol.all_reduce(grad, "sum", dist.group.WORLD))
+
+
+# --- Ops on DTensors (checked with dtensors=True: their arguments arrive as DTensors) -------------------------------
+
+def dtensor_linear(x, weight, bias):
+    """``F.linear`` on DTensors: DTensor's own sharding rules place the output and run the collectives."""
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def column_linear_on_local_shards(x, weight, bias, grad_placements=True):
+    """A column-parallel linear written on the DTensors' local shards: ``x`` (replicated) enters the local
+    computation with ``to_local(grad_placements=[Partial()])``, so each rank's part of its gradient is summed."""
+    from torch.distributed.tensor import DTensor, Partial, Shard
+
+    local_x = x.to_local(grad_placements=[Partial()]) if grad_placements else x.to_local()
+    local = torch.nn.functional.linear(local_x, weight.to_local(), bias.to_local())
+    return DTensor.from_local(local, weight.device_mesh, [Shard(local.dim() - 1)], run_check=False)
+
+
+def column_linear_on_local_shards_without_partial_grad(x, weight, bias):
+    """Bug: ``x.to_local()`` without ``grad_placements``: DTensor takes each rank's partial gradient of the
+    replicated ``x`` for the whole one, and the ranks' gradients differ."""
+    return column_linear_on_local_shards(x, weight, bias, grad_placements=False)

@@ -14,8 +14,8 @@ alike.
 * :class:`DropoutFixedDrawReadsGradContiguous` -- backward reads grad_output as if it were contiguous
   (noncontiguous catches it).
 
-An op drawing random numbers fails the determinism check by design (two runs
-without reseeding differ): its tests skip it, ``skip=["determinism"]``.
+Two runs of an op drawing random numbers differ by design: the determinism
+check judges it with torch's generator reseeded before each run, and notes it.
 """
 
 from __future__ import annotations

@@ -62,6 +62,17 @@ LAYOUTS = {
     "all_to_all": (d.AllToAllDispatch, d.AllToAllDispatchNoBackwardExchange, rows_to_ranks,
                    dict(placements={"tokens": Shard(0)}, output_placements=Shard(0)),
                    lambda: (torch.randn(8, 4),)),
+    "functional_reduce": (d.ReduceFromRegionFunctional, d.ReduceFromRegionFunctionalReducesGrad, torch.clone,
+                          dict(placements={"x": Partial()}, output_placements=Replicate()),
+                          lambda: (torch.randn(6, 8),)),
+    "dtensor_local_shards": (d.column_linear_on_local_shards, d.column_linear_on_local_shards_without_partial_grad,
+                             F.linear, dict(dtensors=True, placements={"weight": Shard(0), "bias": Shard(0)},
+                                            output_placements=Shard(-1)),
+                             lambda: (torch.randn(8, 16), torch.randn(12, 16), torch.randn(12))),
+    "dtensor_linear": (d.dtensor_linear, None, F.linear,
+                       dict(dtensors=True, placements={"weight": Shard(0), "bias": Shard(0)},
+                            output_placements=Shard(-1)),
+                       lambda: (torch.randn(8, 16), torch.randn(12, 16), torch.randn(12))),
 }
 
 
@@ -77,7 +88,8 @@ def make(name, planted):
 
 for _name in LAYOUTS:
     globals()[f"test_{_name}"] = make(_name, planted=False)
-    globals()[f"test_{_name}_planted"] = make(_name, planted=True)
+    if LAYOUTS[_name][1] is not None:
+        globals()[f"test_{_name}_planted"] = make(_name, planted=True)
 '''
 
 
@@ -108,7 +120,8 @@ def test_every_correct_layer_passes_every_check_judged_across_ranks(layers):
 
 
 @pytest.mark.parametrize("layer", ["copy_to_region", "reduce_from_region", "gather_from_region", "column_parallel",
-                                   "row_parallel", "vocab_parallel", "sequence_parallel_norm", "all_to_all"])
+                                   "row_parallel", "vocab_parallel", "sequence_parallel_norm", "all_to_all",
+                                   "functional_reduce", "dtensor_local_shards"])
 def test_every_planted_communication_bug_fails(layers, layer):
     assert any(f"test_{layer}_planted[" in item for item in failed_items(layers)), layers
 
@@ -135,6 +148,12 @@ def test_a_wrong_gradient_of_a_sharded_argument_names_the_rank_that_holds_the_el
     found = failures_of(layers, "test_vocab_parallel_planted")
     assert "gradient w.r.t. `logits` from the op differs from the reference" in found
     assert "in global coordinates: rank " in found and "(Shard(-1): " in found
+
+
+def test_a_dtensor_op_whose_replicated_input_loses_its_partial_gradient_fails_naming_to_local(layers):
+    found = failures_of(layers, "test_dtensor_local_shards_planted")
+    assert "but rank(s) 1 hold another one than rank 0" in found, found
+    assert "needs to_local(grad_placements=[Partial()])" in found
 
 
 def test_ranks_gathered_in_the_wrong_order_fail_the_reference(layers):

@@ -9,7 +9,7 @@ from reference_ops.noise import GaussianNoise, MultiplicativeNoise, noise_sample
 from reference_ops.random_ops import Dropout, dropout_samples
 
 
-def test_correct_noise_ops_pass_every_default_check_but_determinism(pytester, run_pytest):
+def test_correct_noise_ops_pass_every_default_check(pytester, run_pytest):
     pytester.makepyfile(test_ops=textwrap.dedent("""
         import pytest, torch
         from reference_ops.noise import (GaussianNoise, GumbelSoftmax, MultiplicativeNoise, Reparameterized,
@@ -18,19 +18,19 @@ def test_correct_noise_ops_pass_every_default_check_but_determinism(pytester, ru
         def seeded():
             return torch.Generator().manual_seed(0)
 
-        @pytest.mark.autograd_op(op=GaussianNoise, skip=["determinism"])
+        @pytest.mark.autograd_op(op=GaussianNoise)
         def test_gaussian_noise():
             return noise_samples(seeded())
 
-        @pytest.mark.autograd_op(op=MultiplicativeNoise, skip=["determinism"])
+        @pytest.mark.autograd_op(op=MultiplicativeNoise)
         def test_multiplicative_noise():
             return noise_samples(seeded())
 
-        @pytest.mark.autograd_op(op=Reparameterized, skip=["determinism"])
+        @pytest.mark.autograd_op(op=Reparameterized)
         def test_reparameterized():
             return reparameterized_samples(seeded())
 
-        @pytest.mark.autograd_op(op=GumbelSoftmax, skip=["determinism"])
+        @pytest.mark.autograd_op(op=GumbelSoftmax)
         def test_gumbel_softmax():
             return gumbel_samples(seeded())
     """))

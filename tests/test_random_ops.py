@@ -21,16 +21,16 @@ def outcomes(op, checks, **options):
     return {o.check: o for o in run_checks(op, samples=dropout_samples(), checks=checks, **options)}
 
 
-def test_a_correct_dropout_passes_every_default_check_but_determinism(pytester, run_pytest):
+def test_a_correct_dropout_passes_every_default_check(pytester, run_pytest):
     pytester.makepyfile(test_ops=textwrap.dedent("""
         import pytest
         from reference_ops.random_ops import Dropout, DropoutFixedDraw, dropout_samples
 
-        @pytest.mark.autograd_op(op=Dropout, skip=["determinism"])
+        @pytest.mark.autograd_op(op=Dropout)
         def test_dropout():
             return dropout_samples()
 
-        @pytest.mark.autograd_op(op=DropoutFixedDraw, skip=["determinism"])
+        @pytest.mark.autograd_op(op=DropoutFixedDraw)
         def test_dropout_fixed_draw():
             return dropout_samples()
     """))

@@ -1,6 +1,6 @@
 """Every code block of the tutorial runs here, so the tutorial cannot rot.
 
-Pages: ``docs/tutorial.md``, ``docs/tutorial/*.md`` and ``docs/repro.md``. Their fenced blocks are
+Pages: ``docs/tutorial.md``, ``docs/tutorial/*.md``, ``docs/repro.md`` and ``docs/distributed.md``. Their fenced blocks are
 handled in order; markers are HTML comments on the lines just above a fence
 (invisible when the page is rendered):
 
@@ -47,7 +47,7 @@ from reference_ops import extension
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "docs" / "tutorial.md", *sorted((ROOT / "docs" / "tutorial").glob("*.md"))]
 # Pages outside the tutorial whose examples run the same way.
-EXECUTED_PAGES = [ROOT / "docs" / "repro.md"]
+EXECUTED_PAGES = [ROOT / "docs" / "repro.md", ROOT / "docs" / "distributed.md"]
 
 FENCE = re.compile(r"^(?P<fence>```+)(?P<lang>[\w+-]*)(?P<info>.*)$")
 MARKER = re.compile(r"^<!--\s*(?P<text>.*?)\s*-->$")

@@ -55,17 +55,19 @@ class Autocast(Check):
     description = ("under torch.autocast (bfloat16 on CPU, float16 and bfloat16 on CUDA) forward and backward run, "
                    "gradients keep their inputs' dtypes, outputs and gradients stay within the reference's error")
     random_draws_differ = "a run under autocast and a float64 one draw different numbers from one seed"
-    options = {"precision_k": None}
+    # autocast_dtypes: the dtypes to run in (default: the device's, see autocast_dtypes); a model scan with
+    # autocast= sets the one its step runs in
+    options = {"precision_k": None, "autocast_dtypes": None}
 
     def applies(self, case, device):
         if not has_floating_input(case):
             return "no floating-point tensor argument for autocast to cast"
-        if not autocast_dtypes(device):
+        if not _dtypes(case, device):
             return f"torch.autocast has no dtype to run in on {device}"
         return None
 
     def run(self, context):
-        for dtype in autocast_dtypes(context.device):
+        for dtype in _dtypes(context.case, context.device):
             for index, sample in context.samples():
                 _judge(context, as_handed(judged_sample(context, index, sample)), dtype)
 
@@ -83,6 +85,11 @@ def autocast_dtypes(device):
             bf16 = False
         return [torch.float16] + ([torch.bfloat16] if bf16 else [])
     return []
+
+
+def _dtypes(case, device):
+    chosen = case.option("autocast_dtypes")
+    return list(chosen) if chosen else autocast_dtypes(device)
 
 
 def as_handed(sample):
@@ -139,7 +146,7 @@ def _judge(context, sample, dtype):
     except _Raised as error:
         return _op_raised(context, error.raised, where, dtype)
     _fail_on_gradient_dtypes(context, prepared, autocast_run, where)
-    plain, _, _ = _run(context, sample, cotangents)
+    plain, _, _ = _run(context, sample, cotangents, dtype=_plain_dtype(sample))
     truth, reference_run = _reference_runs(context, sample, cotangents, dtype, where)
     if truth is None:
         _judge_against_plain(context, plain, autocast_run, where, dtype)
@@ -176,6 +183,13 @@ def _decorated(function_class, method, wrapper):
     found = inspect.getattr_static(function_class, method, None)
     code = getattr(getattr(found, "__func__", found), "__code__", None)
     return code is not None and code.co_name == wrapper
+
+
+def _plain_dtype(sample):
+    """The dtype of the op's plain run: float32 for a sample of mixed floating dtypes (bfloat16 activations next to
+    float32 weights, as a model scan records them under autocast, which only autocast lets meet), else as it is."""
+    dtypes = {value.dtype for value in sample.values() if isinstance(value, torch.Tensor) and value.is_floating_point()}
+    return torch.float32 if len(dtypes) > 1 else None
 
 
 def _fail_on_gradient_dtypes(context, prepared, run, where):

@@ -87,8 +87,8 @@ class RunOptions:
     repro_dir: Optional[str] = None  # where a failure's stand-alone script is written; None: not written
     checks: Optional[tuple] = None  # the checks run on each case, in order (run_checks); None: one check a case
     # Where a crash of the op cannot end the run (engine/exploration): "explore" runs the checks that explore inputs
-    # the user did not give whole in the sandbox process and tries each new kind of call of the others there first;
-    # "all" runs every check there; "off" runs everything here, where a crash ends the run
+    # the user did not give (and the inputs they make up for the others: cut batches, shrunk samples) in the
+    # sandbox process; "all" runs every check there; "off" runs everything here, where a crash ends the run
     isolate: str = "explore"
 
 

@@ -3,9 +3,10 @@ name them. Apart from that package, so that declaring the option imports nothing
 
 ISOLATE_MODES = ("explore", "all", "off")  # the first is the default
 ISOLATE_HELP = ("where a crash of the op (a segfault, an abort, a GPU fault) cannot end the session: 'explore' "
-                "(default) runs sizes, noncontiguous and extreme whole in a sandbox process and tries each new kind "
-                "of call of the other checks there first; 'all' runs every check there; 'off' runs everything in "
-                "pytest's own process (fastest; a crash ends the session)")
+                "(default) runs the checks that try inputs you did not give (sizes, noncontiguous, extreme, the "
+                "shrinker) in a sandbox process, the others on your samples in pytest's process (a crash there "
+                "ends the session, naming the item); 'all' runs every check in the sandbox; 'off' runs everything "
+                "in pytest's own process")
 
 
 def isolate_mode(case):

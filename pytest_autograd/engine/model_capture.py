@@ -92,12 +92,15 @@ class Capture:
     devices: tuple = ()  # the devices the calls' tensors were on
 
 
-def capture_model(model, calls, seed=0):
+def capture_model(model, calls, seed=0, autocast=None):
     """Run ``model`` on each of ``calls`` (Samples) and a backward, recording top-level custom op calls.
 
     Raises ModelRaised when a forward raises. A backward that raises is
     recorded in ``Capture.backward``: the ops are still checked one by one,
-    which names the op whose backward is wrong.
+    which names the op whose backward is wrong. ``autocast``: a dtype the
+    forwards run under ``torch.autocast`` in (the backward after them, as a
+    training step runs it), so the ops are recorded with what a
+    mixed-precision step hands them.
     """
     if not _LOCK.acquire(blocking=False):
         raise UsageProblem("a model scan is already running (a model's forward started another scan); "
@@ -105,7 +108,8 @@ def capture_model(model, calls, seed=0):
     try:
         recorder = _Recorder(model)
         with recorder.active():
-            outputs = [_forward(model, call, recorder) for call in calls]
+            with _autocast(calls, autocast):
+                outputs = [_forward(model, call, recorder) for call in calls]
             recorder.resolve()
             recorder.phase = "backward"
             backward = _backward(outputs, recorder, seed)
@@ -113,6 +117,17 @@ def capture_model(model, calls, seed=0):
         return Capture(recorder.calls, backward, tuple(recorder.devices))
     finally:
         _LOCK.release()
+
+
+def _autocast(calls, dtype):
+    """``torch.autocast`` in ``dtype`` on the device of the calls' first tensor; nothing without a dtype."""
+    from contextlib import nullcontext
+
+    if dtype is None:
+        return nullcontext()
+    device = next((value.device.type for call in calls for value in pytree.tree_leaves((call.args, call.kwargs))
+                   if isinstance(value, torch.Tensor)), "cpu")
+    return torch.autocast(device, dtype=dtype)
 
 
 def _forward(model, call, recorder):

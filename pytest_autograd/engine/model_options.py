@@ -9,7 +9,9 @@ from pytest_autograd.results.naming import did_you_mean
 
 DEFAULT_MAX_SIGNATURES = 4
 # The scan's own options; every other option goes to each op's checks.
-SCAN_OPTIONS = {"ops": None, "skip_ops": None, "max_signatures": DEFAULT_MAX_SIGNATURES, "op_options": None}
+SCAN_OPTIONS = {"ops": None, "skip_ops": None, "max_signatures": DEFAULT_MAX_SIGNATURES, "op_options": None,
+                "autocast": None}
+AUTOCAST_DTYPES = ("torch.float16", "torch.bfloat16")  # what autocast= may name (compared by name: no torch here)
 # Options that only make sense for one op: given per op in op_options=, never for the whole model.
 PER_OP_ONLY = ("reference", "constants", "size_samples")
 # Options of a whole scan that are not the checks' (they are the item's or the scan's).
@@ -44,6 +46,11 @@ def validate_scan_options(options, where, known):
                                        or max_signatures < 1):
         raise UsageProblem(f"{where}: max_signatures= must be a positive int (signatures checked per op) or None "
                            f"for all of them, got {max_signatures!r}.")
+    autocast = options.get("autocast")
+    if autocast is not None and str(autocast) not in AUTOCAST_DTYPES:
+        raise UsageProblem(f"{where}: autocast= must be torch.float16 or torch.bfloat16 (the dtype the model's "
+                           f"forward runs under torch.autocast in, as a mixed-precision training step runs it), got "
+                           f"{autocast!r}.")
     for name in ("ops", "skip_ops"):
         _validate_op_entries(options.get(name), name, where)
     validate_tolerances(options, where)

@@ -419,6 +419,9 @@ def autograd_scan(model, *inputs, calls=None, checks=None, skip=None, devices=No
     ``skip_ops``: ops to keep / drop, by name or object. ``max_signatures``:
     signatures checked per op (None: all). ``op_options``: ``{op: {option:
     value}}`` for single ops (``reference=``, ``constants=``, ``atol=``...).
+    ``autocast=torch.bfloat16`` (or float16): the model's forward runs under
+    ``torch.autocast`` in that dtype, so each op is recorded with what a
+    mixed-precision step hands it, and the autocast check judges it there.
     Other keywords are the checks' options for every op (``atol=``, ``dtypes=``...).
     """
     if registry is None:
@@ -434,14 +437,34 @@ def autograd_scan(model, *inputs, calls=None, checks=None, skip=None, devices=No
     model, samples = model_and_calls((model, calls if calls is not None else tuple(inputs)), "autograd_scan")
     if devices is not None:
         devices = devices_option(devices, "autograd_scan: devices=")
+    autocast = options.pop("autocast", None)
+    plainly = [name for name in names if autocast is None or name != "autocast"]
     capture = capture_model(model, samples, seed=seed)
     scanned, notes = scan_ops(capture, ops, skip_ops)
     isolate = getattr(run_options, "isolate", "explore")
-    sizes = model_sizes(model, samples, capture, seed, isolate) if judges_sizes(registry, names) else None
-    verdicts = check_ops(scanned, names, devices=devices, seed=seed, registry=registry, run_options=run_options,
+    sizes = model_sizes(model, samples, capture, seed, isolate) if judges_sizes(registry, plainly) else None
+    verdicts = check_ops(scanned, plainly, devices=devices, seed=seed, registry=registry, run_options=run_options,
                          max_signatures=max_signatures, op_options=op_options, explicit=checks is not None,
                          at_other_sizes=sizes, **options)
+    if len(plainly) < len(names):  # the autocast check on what the model's step under autocast hands each op
+        under = scan_ops(capture_model(model, samples, seed=seed, autocast=autocast), ops, skip_ops)[0]
+        verdicts = merged(verdicts, check_ops(
+            under, ["autocast"], devices=devices, seed=seed, registry=registry, run_options=run_options,
+            max_signatures=max_signatures, op_options=op_options, explicit=checks is not None,
+            **{**options, "autocast_dtypes": options.get("autocast_dtypes") or (autocast,)}))
     return ScanResult(verdicts, capture.backward, notes + (sizes.notes if sizes is not None else []))
+
+
+def merged(verdicts, more):
+    """``verdicts`` with the signatures checked in ``more`` added to the same ops' (an op only ``more`` saw: its
+    own verdict)."""
+    by_key = {verdict.scanned.key: verdict for verdict in verdicts}
+    for verdict in more:
+        if verdict.scanned.key in by_key:
+            by_key[verdict.scanned.key].checked.extend(verdict.checked)
+        else:
+            verdicts.append(verdict)
+    return verdicts
 
 
 def select_checks(registry, checks, skip):

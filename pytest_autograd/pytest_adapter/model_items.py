@@ -55,7 +55,9 @@ def _scan(item, spec, settings, registry, seed):
     rerun = rerun_command(item, settings.seed, spec, registry.get(spec.check))
     try:
         model, calls = model_and_calls(call_body(item), where)
-        capture = capture_model(model, calls, seed=seed)
+        # autocast=: the autocast check judges each op on what the model's step under autocast hands it
+        under = options.get("autocast") if spec.check == "autocast" else None
+        capture = capture_model(model, calls, seed=seed, autocast=under)
         scanned, notes = scan_ops(capture, options.get("ops"), options.get("skip_ops"))
         remember_for_record(item, seed, rerun)
         sizes = model_sizes(model, calls, capture, seed, run_options(item.config).isolate) \
@@ -64,7 +66,7 @@ def _scan(item, spec, settings, registry, seed):
             scanned, [spec.check], devices=[spec.device], seed=seed, registry=registry,
             run_options=run_options(item.config), max_signatures=options.get("max_signatures", SCAN_OPTIONS[
                 "max_signatures"]), op_options=options.get("op_options"), explicit=True, at_other_sizes=sizes,
-            **{name: value for name, value in options.items() if name not in NOT_CHECK_OPTIONS})
+            **_check_options(options))
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
@@ -73,6 +75,15 @@ def _scan(item, spec, settings, registry, seed):
     if problem is not None:
         fail_usage_problem(item, spec, problem)
     return ScanResult(verdicts, capture.backward, notes + (sizes.notes if sizes is not None else [])), rerun
+
+
+def _check_options(options):
+    """The marker's options that go to each op's checks; ``autocast=`` has the autocast check judge in its
+    dtype."""
+    found = {name: value for name, value in options.items() if name not in NOT_CHECK_OPTIONS}
+    if options.get("autocast") is not None:
+        found.setdefault("autocast_dtypes", (options["autocast"],))
+    return found
 
 
 def _report(item, spec, result, rerun, seed):

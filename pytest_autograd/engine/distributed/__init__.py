@@ -23,6 +23,7 @@ OPTIONS = {
     "output_placements": None,  # one placement, or one per output; default Replicate()
     "output_grad_placements": None,  # how each output's incoming gradient reaches the ranks; default DTensor's rule
     "grad_placements": None,  # how each input's gradient is assembled; default its own placement
+    "dtensors": False,  # the op takes and returns DTensors: each rank's shards reach it as DTensors on a 1-D mesh
 }
 JUDGED_ACROSS_RANKS = frozenset({"gradcheck", "reference", "precision", "determinism", "noncontiguous", "extreme",
                                  "requires_grad", "grad_metadata"})

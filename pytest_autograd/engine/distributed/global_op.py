@@ -49,6 +49,7 @@ class Layout:
     names: list = field(default_factory=list)  # the op's argument names, for messages
     setups: tuple = ()  # functions each rank calls with (rank, world_size) once the group is formed
     seconds: float = 30.0  # how long one call may take on the ranks (a collective some rank skipped waits forever)
+    dtensors: bool = False  # the op takes and returns DTensors (rank_side wraps and unwraps them)
 
     def input(self, slot):
         return self.inputs.get(slot, REPLICATE)
@@ -131,7 +132,11 @@ class _Call(torch.autograd.Function):
         group = rank_group(layout.world_size, device.type)
         sent = across.sent_op()
         released = _released()
-        outcomes = group.run(forward_on_rank, [(sent, call, args, kwargs, device.type, keep, released)
+        as_dtensors = None
+        if layout.dtensors:  # each tensor's placement and global shape, for the ranks to wrap their shards in
+            as_dtensors = ({slot: (layout.input(slot), tuple(value.shape)) for slot, value in zip(slots, values)
+                            if isinstance(value, torch.Tensor)}, list(layout.outputs))
+        outcomes = group.run(forward_on_rank, [(sent, call, args, kwargs, device.type, keep, released, as_dtensors)
                                                for args, kwargs in per_rank], timeout=layout.seconds,
                              setups=layout.setups)
         _raise_if_failed(outcomes, "forward", across)
@@ -184,7 +189,9 @@ class _Call(torch.autograd.Function):
                     f"the gradient of `{layout.name(slot)}` is {placement} (the placement of `{layout.name(slot)}`), "
                     f"but rank(s) {_join(differ)} hold another one than rank 0: a replicated argument's gradient "
                     "must be summed over the ranks (an all-reduce missing in backward?), or declared "
-                    f"grad_placements={{'{layout.name(slot)}': Partial()}} where the caller sums it (as DDP does)")
+                    f"grad_placements={{'{layout.name(slot)}': Partial()}} where the caller sums it (as DDP does)"
+                    + (f"; on DTensors, `{layout.name(slot)}.to_local()` whose local gradient is each rank's partial "
+                       "sum needs to_local(grad_placements=[Partial()])" if layout.dtensors else ""))
             if global_.shape != ctx.shapes[slot]:
                 raise RanksDisagree(f"the gradient of `{layout.name(slot)}` assembled from the ranks ({placement}) "
                                     f"has shape {tuple(global_.shape)}, not the argument's {tuple(ctx.shapes[slot])}")

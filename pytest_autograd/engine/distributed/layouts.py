@@ -14,7 +14,11 @@ def layout_from(options, arg_names, samples, where):
     grads = _by_slot(options.get("grad_placements"), "grad_placements", arg_names, samples, where)
     outputs = _per_output(options.get("output_placements"), "output_placements", where) or [REPLICATE]
     output_grads = _per_output(options.get("output_grad_placements"), "output_grad_placements", where)
-    layout = Layout(size, inputs, outputs, output_grads, grads, list(arg_names))
+    dtensors = options.get("dtensors", False)
+    if not isinstance(dtensors, bool):
+        raise UsageProblem(f"{where}: dtensors={dtensors!r}: give True for an op that takes and returns DTensors "
+                           "(each rank's shards reach it as DTensors with the declared placements), False otherwise")
+    layout = Layout(size, inputs, outputs, output_grads, grads, list(arg_names), dtensors=dtensors)
     _check_against(layout, samples, where)
     return layout
 

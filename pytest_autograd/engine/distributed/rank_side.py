@@ -16,10 +16,12 @@ def differentiable(args, kwargs):
             if isinstance(value, torch.Tensor) and value.requires_grad]
 
 
-def forward_on_rank(rank, op, call_id, args, kwargs, device_type, keep, released):
+def forward_on_rank(rank, op, call_id, args, kwargs, device_type, keep, released, as_dtensors=None):
     """The op on this rank's local arguments; its outputs, detached, in their flat order. ``keep``: whether the
     parent may take a backward of this call (its graph is kept until the parent lets go of the call:
-    ``released``, the calls it let go of since its last task)."""
+    ``released``, the calls it let go of since its last task). ``as_dtensors``: for an op on DTensors, each
+    argument's (placement, global shape) by slot and the outputs' placements: the local tensors are wrapped as
+    DTensors for the op, and its DTensor outputs brought to those placements and unwrapped, differentiably."""
     import torch
 
     from pytest_autograd.engine.execution import flatten_outputs
@@ -31,7 +33,10 @@ def forward_on_rank(rank, op, call_id, args, kwargs, device_type, keep, released
     leaves = differentiable(args, kwargs)
     with torch.set_grad_enabled(keep):
         function = op.apply if isinstance(op, type) and issubclass(op, torch.autograd.Function) else op
-        outputs = flatten_outputs(function(*args, **kwargs))
+        if as_dtensors is None:
+            outputs = flatten_outputs(function(*args, **kwargs))
+        else:
+            outputs = _on_dtensors(function, args, kwargs, device_type, *as_dtensors)
     if keep:
         _GRAPHS[call_id] = (leaves, outputs)
         while len(_GRAPHS) > KEPT_GRAPHS:
@@ -52,6 +57,66 @@ def backward_on_rank(rank, call_id, cotangents, released):
         return [None for _ in leaves]
     grads = autograd_grad([o for o, _ in pairs], leaves, [c for _, c in pairs], allow_unused=True, retain_graph=True)
     return [None if grad is None else grad.detach() for grad in grads]
+
+
+def _on_dtensors(function, args, kwargs, device_type, inputs, outputs):
+    """``function`` called with DTensors made of the local arguments; its outputs as local tensors under
+    ``outputs``' placements (a DTensor output redistributed there first, a plain tensor as it is)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from pytest_autograd.engine.execution import flatten_outputs
+
+    mesh = _mesh(device_type)
+
+    def wrapped(slot, value):
+        if slot not in inputs or not isinstance(value, torch.Tensor):
+            return value
+        placement, shape = inputs[slot]
+        return DTensor.from_local(value, mesh, [_torch_placement(placement, len(shape))], run_check=False,
+                                  shape=torch.Size(shape),
+                                  stride=_contiguous_strides(shape))
+
+    results = flatten_outputs(function(*[wrapped(slot, value) for slot, value in enumerate(args)],
+                                       **{key: wrapped(key, value) for key, value in kwargs.items()}))
+    local = []
+    for index, result in enumerate(results):
+        if isinstance(result, DTensor):
+            wanted = [_torch_placement(outputs[min(index, len(outputs) - 1)], result.dim())]
+            if list(result.placements) != wanted:
+                result = result.redistribute(mesh, wanted)
+            result = result.to_local()
+        local.append(result)
+    return local
+
+
+_MESHES = {}
+
+
+def _mesh(device_type):
+    """This rank's 1-D device mesh over the whole world, made once."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if device_type not in _MESHES:
+        _MESHES[device_type] = init_device_mesh(device_type, (dist.get_world_size(),))
+    return _MESHES[device_type]
+
+
+def _torch_placement(placement, ndim):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    if placement.kind == "Shard":
+        return Shard(placement.dim % ndim if ndim else 0)
+    return Partial() if placement.kind == "Partial" else Replicate()
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _release(calls):
