@@ -8,6 +8,7 @@ process). Such a session never imports torch, nor the engine's cases and
 checks (``tests/test_plugin_startup.py`` lists what it may import).
 """
 
+from contextlib import contextmanager
 import sys
 
 import pytest
@@ -247,15 +248,32 @@ def pytest_pyfunc_call(pyfuncitem):
     from pytest_autograd.pytest_adapter.item_specs import ModelItemSpec
 
     config = pyfuncitem.config
-    if isinstance(spec, ModelItemSpec):
-        from pytest_autograd.pytest_adapter.model_items import run_model_item
+    with _told_if_it_crashes(pyfuncitem, config.stash[SETTINGS]):
+        if isinstance(spec, ModelItemSpec):
+            from pytest_autograd.pytest_adapter.model_items import run_model_item
 
-        run_model_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
+            run_model_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
+            return True
+        from pytest_autograd.pytest_adapter.items import run_item
+
+        run_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
         return True
-    from pytest_autograd.pytest_adapter.items import run_item
 
-    run_item(pyfuncitem, spec, config.stash[SETTINGS], config.stash[REGISTRY])
-    return True
+
+@contextmanager
+def _told_if_it_crashes(item, settings):
+    """While the item runs, the sandbox knows it: if this process dies meanwhile (an op's crash), the sandbox it
+    leaves names the item. Outside items it knows nothing, and says nothing when the process ends."""
+    if settings.isolate == "off":
+        yield
+        return
+    from pytest_autograd.engine.processes import sandbox
+
+    sandbox().mark(item.nodeid)
+    try:
+        yield
+    finally:
+        sandbox().mark("")
 
 
 def pytest_itemcollected(item):

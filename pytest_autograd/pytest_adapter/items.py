@@ -80,10 +80,6 @@ def run_options(config):
 
 
 def run_item(item, spec, settings, registry):
-    if settings.isolate != "off":  # a crash in this process is told, naming the item, by the sandbox it leaves
-        from pytest_autograd.engine.processes import sandbox
-
-        sandbox().mark(item.nodeid)
     device = item_device(item, spec)
     problem = device_problem(device)
     if problem and settings.require_devices:

@@ -231,9 +231,7 @@ class Worker:
         parent_end, child_end = context.Pipe(duplex=True)
         handle, self._log = tempfile.mkstemp(prefix=f"pytest-autograd-{self.name}-", suffix=".log")
         os.close(handle)
-        if self.farewell and self._marks is None:
-            handle, self._marks = tempfile.mkstemp(prefix=f"pytest-autograd-{self.name}-", suffix=".where")
-            os.close(handle)
+        self._make_marks()
         farewell_to = None if self._farewell_fd is None else _InheritedFd(self._farewell_fd)
         process = context.Process(target=_serve, args=(child_end, self._log, self.environment, self.farewell,
                                                         self._marks, farewell_to),
@@ -249,6 +247,13 @@ class Worker:
         """Write the farewell to ``fd`` (a copy is kept): the session's stderr as pytest's capture left it, where
         a child started while an item's output is captured would write it into the capture."""
         self._farewell_fd = os.dup(fd)
+        self._make_marks()  # items may start before the child has: what they mark must wait for it
+
+    def _make_marks(self):
+        if self.farewell and self._marks is None:
+            handle, self._marks = tempfile.mkstemp(prefix=f"pytest-autograd-{self.name}-", suffix=".where")
+            os.close(handle)
+            atexit.register(_remove, self._marks)  # before the child is stopped: a normal end bids no farewell
 
     def mark(self, where):
         """Say what the session is doing now (the item running), for the farewell of a child whose session died."""
@@ -292,6 +297,13 @@ def start_method():
     """forkserver where the platform has it (each child is forked from a server that has imported torch, so a
     restart costs milliseconds), spawn elsewhere. Never fork: the session may hold CUDA and thread pools."""
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except OSError:  # the child took it, bidding farewell
+        pass
 
 
 @atexit.register

@@ -27,6 +27,7 @@ def serve(connection, log, environment, farewell=None, marks=None, farewell_to=N
             message = connection.recv_bytes()
         except (EOFError, OSError):
             _farewell(session_stderr, farewell, marks)
+            _remove(log)  # nobody reads it now
             return
         kind, value = _run(message)
         try:
@@ -36,6 +37,13 @@ def serve(connection, log, environment, farewell=None, marks=None, farewell_to=N
         connection.send_bytes(answer)
 
 
+def _remove(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _farewell(stderr, farewell, marks):
     """The parent stops a child it is done with; a child that finds its parent gone outlived a crash."""
     if not farewell or not marks:
@@ -43,8 +51,9 @@ def _farewell(stderr, farewell, marks):
     try:
         with open(marks) as found:
             where = found.read().strip()
-        os.write(stderr, ("\n" + farewell.format(where=where or "its collection")).encode())
         os.unlink(marks)
+        if where:  # the session's process ended between items (normally, or killed from outside): not an op's crash
+            os.write(stderr, ("\n" + farewell.format(where=where)).encode())
     except OSError:
         pass
 

@@ -11,6 +11,7 @@ it never reached, are given a moment, then asked where they wait and stopped.
 The group is formed again for the next task.
 """
 
+import atexit
 import os
 import tempfile
 import time
@@ -129,6 +130,14 @@ def rank_group(world_size, device_type="cpu"):
     if key not in _GROUPS:
         _GROUPS[key] = RankGroup(world_size, device_type)
     return _GROUPS[key]
+
+
+@atexit.register
+def _stop_groups():
+    """At the session's end: the ranks stopped, their rendezvous files removed."""
+    for key, group in list(_GROUPS.items()):
+        if key[0] == os.getpid():
+            group.stop()
 
 
 def _remove(directory):
