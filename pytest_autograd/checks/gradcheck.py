@@ -9,6 +9,7 @@ building a Jacobian.
 """
 
 from pytest_autograd.checks._derivatives import (
+    EXHAUSTIVE_LIMIT,
     KinkNotes,
     find_derivative_error,
     marker_tolerances,
@@ -27,6 +28,7 @@ from pytest_autograd.checks._surrogate import (
     surrogate_reason,
 )
 from pytest_autograd.checks.base import Check
+from pytest_autograd.engine.distributed import exhaustive_limit
 from pytest_autograd.engine.execution import (
     constants_only_reason,
     declared_nondifferentiable,
@@ -72,7 +74,8 @@ class GradCheck(Check):
             error = find_derivative_error(
                 fn, prepared.leaves, prepared.names, output_names, context.generator,
                 notes=notes, outputs=outputs, nondifferentiable=declared, precomputed=_precomputed(context, shared),
-                draws=shared.draws, **marker_tolerances(context.case),
+                draws=shared.draws, exhaustive_limit=exhaustive_limit(context.case, EXHAUSTIVE_LIMIT),
+                **marker_tolerances(context.case),
             )
             if error is None:
                 zero = any(g is not None and g.numel() and not bool(g.detach().ne(0).any()) for g in shared.grads)

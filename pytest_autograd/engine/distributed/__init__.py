@@ -28,11 +28,19 @@ OPTIONS = {
 JUDGED_ACROSS_RANKS = frozenset({"gradcheck", "reference", "precision", "determinism", "noncontiguous", "extreme",
                                  "requires_grad", "grad_metadata"})
 CALL_SECONDS = 30.0  # one call on the ranks (a forward or a backward) may take this long, within the item's budget
+# gradcheck's full Jacobian costs two calls on every rank per element (milliseconds each, against microseconds in one
+# process): past this many elements the global op is judged by probes through all ranks, as a large input is
+EXHAUSTIVE_ACROSS_RANKS = 16
 
 
 def world_size(case):
     """The case's world size (None: one process)."""
     return case.option("world_size")
+
+
+def exhaustive_limit(case, default):
+    """Elements below which gradcheck builds the full Jacobian of the case's op: fewer across ranks."""
+    return EXHAUSTIVE_ACROSS_RANKS if world_size(case) else default
 
 
 def not_judged(check_name, case):
@@ -60,4 +68,4 @@ def across_ranks(mark_kwargs, arg_names, samples, where):
     return AcrossRanks(mark_kwargs["op"], layout)
 
 
-__all__ = ["JUDGED_ACROSS_RANKS", "OPTIONS", "across_ranks", "not_judged", "world_size"]
+__all__ = ["JUDGED_ACROSS_RANKS", "OPTIONS", "across_ranks", "exhaustive_limit", "not_judged", "world_size"]
