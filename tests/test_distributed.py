@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("torch.distributed")
+pytest.importorskip("torch.distributed.tensor", reason="DTensor's placements are public from torch 2.5")
 
 LAYERS = '''
 import pytest, torch

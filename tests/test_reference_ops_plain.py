@@ -461,6 +461,6 @@ def test_bug_relu_nondeterministic():
     (first,) = _grads(buggy.ReLUNondeterministic, (x,))
     (second,) = _grads(buggy.ReLUNondeterministic, (x,))
     assert not torch.equal(first, second)
-    torch.testing.assert_close(first, second, rtol=0, atol=1e-6)
+    torch.testing.assert_close(first, second, rtol=1e-4, atol=0)
     (good,) = _grads(MyReLU, (x,))
     assert torch.equal(good, _grads(MyReLU, (x,))[0])

@@ -21,6 +21,8 @@ handled in order; markers are HTML comments on the lines just above a fence
 * ``<!-- not run: REASON -->``: shown only (e.g. needs a GPU); a reason is required.
 * ``<!-- requires: extension -->`` anywhere on a page: the page is skipped
   where the C++ extension cannot be built (no compiler or ninja).
+* ``<!-- requires: dtensor -->``: the page is skipped where torch has no public
+  ``torch.distributed.tensor`` (before 2.5).
 * ``<!-- requires: triton -->``: the page is skipped without triton or
   without its interpreter (``TRITON_INTERPRET=1``, set by ``conftest.py``
   where there is no GPU).
@@ -31,6 +33,7 @@ Any other block fails the test: nothing is shown that is not checked.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import math
 import re
@@ -333,6 +336,8 @@ def test_every_block_of_the_page_runs_and_shows_its_real_output(page, pytester):
     # The first build of the extension takes a while; torch caches it, and the result is remembered.
     if "requires: extension" in page_markers(page) and not extension.extension_available():
         pytest.skip("the C++ extension cannot be built here (see reference_ops/extension.py for what to install)")
+    if "requires: dtensor" in page_markers(page) and importlib.util.find_spec("torch.distributed.tensor") is None:
+        pytest.skip("DTensor's placements are public from torch 2.5 (torch.distributed.tensor)")
     if "requires: triton" in page_markers(page):
         triton_problem = _triton_interpreter_problem()
         if triton_problem:

@@ -84,8 +84,9 @@ def _run(context, prepared, cotangents):
 
 
 def _named(prepared, outputs, grads):
-    named = [(output_label(k, len(outputs)), out.detach()) for k, out in enumerate(outputs)]
-    return named + [(f"gradient w.r.t. `{name}`", grad.detach()) for name, grad in zip(prepared.names, grads)]
+    """Copies: an op that writes every result into one buffer it reuses must not compare a run with itself."""
+    named = [(output_label(k, len(outputs)), out.detach().clone()) for k, out in enumerate(outputs)]
+    return named + [(f"gradient w.r.t. `{name}`", grad.detach().clone()) for name, grad in zip(prepared.names, grads)]
 
 
 def _differences(context, first, second):

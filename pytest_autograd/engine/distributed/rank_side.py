@@ -63,10 +63,10 @@ def _on_dtensors(function, args, kwargs, device_type, inputs, outputs):
     """``function`` called with DTensors made of the local arguments; its outputs as local tensors under
     ``outputs``' placements (a DTensor output redistributed there first, a plain tensor as it is)."""
     import torch
-    from torch.distributed.tensor import DTensor
 
     from pytest_autograd.engine.execution import flatten_outputs
 
+    DTensor = dtensor_api()["DTensor"]
     mesh = _mesh(device_type)
 
     def wrapped(slot, value):
@@ -103,12 +103,24 @@ def _mesh(device_type):
     return _MESHES[device_type]
 
 
-def _torch_placement(placement, ndim):
-    from torch.distributed.tensor import Partial, Replicate, Shard
+def dtensor_api():
+    """DTensor and its placements: public since torch 2.5 (``torch.distributed.tensor``), before that in
+    ``torch.distributed._tensor`` (``Partial`` then named ``_Partial``)."""
+    try:
+        from torch.distributed import tensor as api
 
+        api.DTensor  # noqa: B018 - the public module, not an older namespace package
+    except (ImportError, AttributeError):
+        from torch.distributed import _tensor as api
+    return {name: getattr(api, name, None) or getattr(api, "_" + name) for name in
+            ("DTensor", "Partial", "Replicate", "Shard")}
+
+
+def _torch_placement(placement, ndim):
+    api = dtensor_api()
     if placement.kind == "Shard":
-        return Shard(placement.dim % ndim if ndim else 0)
-    return Partial() if placement.kind == "Partial" else Replicate()
+        return api["Shard"](placement.dim % ndim if ndim else 0)
+    return api["Partial"]() if placement.kind == "Partial" else api["Replicate"]()
 
 
 def _contiguous_strides(shape):
