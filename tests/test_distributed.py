@@ -134,8 +134,11 @@ def test_a_copy_to_region_without_its_all_reduce_fails_naming_the_rank_whose_gra
 
 
 def test_a_reduction_that_reduces_its_gradient_again_fails_with_the_world_size_hint(layers):
+    found = failures_of(layers, "test_reduce_from_region_planted")
     assert ("the gradient of `x` is 2x the reference on every rank (2 ranks): the backward all-reduces a gradient "
-            "that was already reduced" in failures_of(layers, "test_reduce_from_region_planted"))
+            "that was already reduced" in found)
+    # a correct mapping whose incoming gradient the layout misdeclared fails the same way: the hint says how to say so
+    assert "say so: output_grad_placements=Partial() (here: Replicate())" in found
 
 
 def test_a_bias_added_on_every_rank_before_the_reduction_fails_with_the_once_per_rank_hint(layers):

@@ -6,6 +6,19 @@ import re
 RATIO_TOLERANCE = 0.02  # a gradient off by a constant factor on a shard: within this fraction of it everywhere
 
 
+# A mapping whose backward sums the ranks' incoming gradients is right when each rank's is a partial sum in the model
+PARTIAL_COTANGENT = ("; if in your model each rank's incoming gradient of the output is a partial sum (a gather or "
+                     "copy feeding a column-parallel layer), say so: output_grad_placements=Partial() (here: {given})")
+
+
+def _partial_cotangent(layout):
+    """The PARTIAL_COTANGENT clause, unless every output's incoming gradient was handed as Partial already."""
+    given = [layout.output_grad(index) for index in range(len(layout.outputs))]
+    if all(placement.kind == "Partial" for placement in given):
+        return ""
+    return PARTIAL_COTANGENT.format(given=", ".join(str(placement) for placement in given))
+
+
 def explain(report, case):
     """Add to ``report`` (a failure of a check on an AcrossRanks op) the rank of its worst element and, where the
     gradient is off by the world size (or its inverse), or zero, on every rank's shard, what that suggests."""
@@ -44,7 +57,8 @@ def _pattern(report, layout, slot):
     ratios = [_ratio(expected, got) for expected, got in parts if expected.numel()]
     if ratios and all(r is not None and abs(r - size) <= RATIO_TOLERANCE * size for r in ratios):
         return (f"the gradient of `{name}` is {size}x the reference on every rank ({size} ranks): the backward "
-                "all-reduces a gradient that was already reduced (or every rank adds what one rank should)")
+                "all-reduces a gradient that was already reduced (or every rank adds what one rank should)"
+                + _partial_cotangent(layout))
     if ratios and all(r is not None and abs(r - 1 / size) <= RATIO_TOLERANCE / size for r in ratios):
         return (f"the gradient of `{name}` is 1/{size} of the reference on every rank: the backward averages what "
                 "it must sum, or misses the all-reduce of the ranks' parts")
@@ -77,7 +91,8 @@ def _derivative_factor(report, layout):
         return None
     if abs(factor - size) < 1e-9:
         return (f"the analytical gradient of `{name}` is {size}x the numerical one ({size} ranks): the backward "
-                "all-reduces a gradient that was already reduced, or every rank adds what one rank should")
+                "all-reduces a gradient that was already reduced, or every rank adds what one rank should"
+                + _partial_cotangent(layout))
     if abs(factor - 1 / size) < 1e-9:
         return (f"the analytical gradient of `{name}` is 1/{size} of the numerical one ({size} ranks): the forward "
                 f"counts `{name}` once per rank (a bias added on every rank before the reduction?), or the backward "
