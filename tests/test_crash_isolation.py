@@ -239,3 +239,17 @@ def test_a_model_whose_kernel_crashes_at_a_batch_of_one_is_scanned_and_the_sessi
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*sizes: the model was not run with size 3 of its inputs made 1: it crashed the sandbox "
                                  "process (SIGSEGV) there, at File *reference_ops/crashing.py*; the session went on*"])
+
+
+def test_extreme_on_an_op_that_crashes_on_every_call_is_skipped_saying_so_never_passed(crashing):
+    crashing.makepyfile(test_extreme="""
+        import pytest, torch
+        from reference_ops.crashing import NullForward
+
+        @pytest.mark.autograd_op(op=NullForward, reference=lambda x: 2 * x, checks=["extreme"])
+        def test_null_forward_at_every_magnitude():
+            return [(torch.randn(4, 5),)]
+    """)
+    result = crashing.runpytest_subprocess("-p", "no:cacheprovider", "test_extreme.py", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no magnitude could be judged: the op crashed the process at max |x| = *"])

@@ -286,3 +286,56 @@ def test_placements_that_name_no_argument_fail_the_test_naming_the_arguments(pyt
     result.stdout.fnmatch_lines([
         "*placements names 'weights', which is not an argument of the op; its arguments are: x, weight, bias*"])
     result.stdout.fnmatch_lines(["*placements: Shard(2) of `weight`, which has 2 dim(s) in sample 0*"])
+
+
+def test_a_layout_that_does_not_fit_the_op_is_the_layouts_mistake_named_with_its_fix(pytester, run_pytest):
+    pytester.makepyfile(test_usage="""
+        import pytest, torch
+        from torch.distributed.tensor import Replicate, Shard
+        from reference_ops.distributed import ColumnParallelLinear, RowParallelLinear
+
+        def samples():
+            return (torch.randn(4, 6), torch.randn(2, 6), torch.randn(2))
+
+        @pytest.mark.autograd_op(op=RowParallelLinear, world_size=2, placements={7: Shard(1)}, checks=["gradcheck"])
+        def test_position():
+            return samples()
+
+        @pytest.mark.autograd_op(op=RowParallelLinear, placements={"x": Shard(-1)}, checks=["gradcheck"])
+        def test_no_world():
+            return samples()
+
+        @pytest.mark.autograd_op(op=ColumnParallelLinear, world_size=2, output_placements=Shard(3),
+                                 placements={"weight": Shard(0), "bias": Shard(0)}, checks=["reference"],
+                                 reference=torch.nn.functional.linear)
+        def test_output_dim():
+            return samples()
+
+        @pytest.mark.autograd_model(world_size=2)
+        def test_model():
+            return torch.nn.Linear(2, 2), (torch.randn(2, 2),)
+    """)
+    result = run_pytest()
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*placements names position 7, but the op takes 3 positional argument(s) in the "
+                                 "samples (x, weight, bias): count from 0, or name the argument*"])
+    result.stdout.fnmatch_lines(["*placements= describe ranks, but there is no world_size=: add world_size=N*"])
+    result.stdout.fnmatch_lines(["*LayoutMismatch: output_placements: Shard(3) for output 0, which has 2 dim(s) "
+                                 "(shape (4, 1) on rank 0): name a dim it has*"])
+    result.stdout.fnmatch_lines(["*world_size= check one op across ranks; a model scan runs the model in one process*"])
+
+
+def test_a_sample_that_splits_unevenly_says_so_beside_the_failure(pytester, run_pytest):
+    pytester.makepyfile(test_uneven="""
+        import pytest, torch
+        from torch.distributed.tensor import Replicate, Shard
+        from reference_ops import distributed as d
+
+        @pytest.mark.autograd_op(op=d.GatherFromRegion, reference=torch.clone, world_size=2,
+                                 placements={"x": Shard(-1)}, output_placements=Replicate(), checks=["reference"])
+        def test_gather():
+            return (torch.randn(4, 7),)
+    """)
+    result = run_pytest()
+    result.stdout.fnmatch_lines(["*`x` is split unevenly: dim 1 has 7 over 2 ranks (4, 3, as torch.chunk splits it); "
+                                 "a layer written for even shards needs a global size its world divides*"])

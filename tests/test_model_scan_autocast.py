@@ -78,3 +78,55 @@ def test_autograd_scan_judges_the_autocast_check_on_the_step_under_autocast_and_
 def test_autocast_must_name_a_16_bit_dtype():
     with pytest.raises(UsageProblem, match=r"autocast= must be torch.float16 or torch.bfloat16 .* got torch.float32"):
         autograd_scan(torch.nn.Linear(4, 4), torch.randn(2, 4), autocast=torch.float32)
+
+
+def test_under_autocast_the_other_checks_still_judge_every_op_on_the_plain_step(pytester, run_pytest):
+    pytester.makepyfile(test_models="""
+        import pytest, torch
+        from torch import nn
+
+
+        class DoubledInputGrad(torch.autograd.Function):
+            @staticmethod
+            @torch.amp.custom_fwd(device_type="cpu")
+            def forward(ctx, x, w):
+                ctx.save_for_backward(x, w)
+                return x @ w.T
+
+            @staticmethod
+            @torch.amp.custom_bwd(device_type="cpu")
+            def backward(ctx, grad):
+                x, w = ctx.saved_tensors
+                return 2 * (grad @ w), grad.T @ x   # BUG: the input's gradient twice too large
+
+
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first = nn.Linear(16, 16)
+                self.weight = nn.Parameter(torch.randn(8, 16) / 4)
+
+            def forward(self, x):
+                return DoubledInputGrad.apply(self.first(x), self.weight)
+
+
+        @pytest.mark.autograd_model(autocast=torch.bfloat16, checks=["gradcheck", "autocast"])
+        def test_model():
+            return Head(), (torch.randn(4, 16),)
+    """)
+    result = run_pytest("-rf")
+    result.stdout.fnmatch_lines(["FAILED test_models.py::test_model[[]gradcheck-cpu[]]*"])
+    assert "unknown option" not in result.stdout.str()
+
+
+def test_the_marker_refuses_an_unknown_isolation_mode_and_a_world_size(pytester, run_pytest):
+    pytester.makepyfile(test_models="""
+        import pytest, torch
+
+        @pytest.mark.autograd_model(isolate="bogus")
+        def test_model():
+            return torch.nn.Linear(2, 2), (torch.randn(2, 2),)
+    """)
+    result = run_pytest()
+    assert "passed" not in result.parseoutcomes() and "skipped" not in result.parseoutcomes(), result.stdout.str()
+    result.stdout.fnmatch_lines(["*isolate=: unknown isolation mode 'bogus'; use one of explore, all, off*"])

@@ -151,7 +151,8 @@ def _check_dtype(context, dtype, notes):
             variant = Variant(context.check_name, f"for inputs scaled to max |x| = {label} in {dtype_label(dtype)}",
                               missing=SCALED, how="a sample at that magnitude judges it")
             finished = call_with_limit(limit, lambda: attempt(context, variant, run))  # noqa: B023
-            if finished.value is CRASHED:
+            if finished.value is CRASHED:  # noted with the crash itself; counted so that all crashes skip
+                notes.setdefault("the op crashed the process", []).append(label)
                 continue
             if finished.expired is not None:
                 stopped_at = magnitude

@@ -19,6 +19,7 @@ from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine import freed_memory, notes
 from pytest_autograd.engine.after_failure import follow_up
 from pytest_autograd.engine.budget import DEFAULT_SECONDS
+from pytest_autograd.engine.distributed import reason_not_run
 from pytest_autograd.engine.builtin import register_builtin_checks
 from pytest_autograd.engine.case import (
     CORE_OPTIONS,
@@ -116,7 +117,7 @@ def _one(check, name, case, device, problem, seed, explicit):
         return Outcome(name, device, "skipped", problem)
     if not getattr(check, "default", True) and not explicit:
         return Outcome(name, device, "skipped", "opt-in check: name it in checks= to run it")
-    reason = check.applies(case, device)
+    reason = reason_not_run(check, case, device)
     if reason:
         return Outcome(name, device, "skipped", reason)
     context = CheckContext(name, case, device, item_seed(seed, f"{name}-{device}"))

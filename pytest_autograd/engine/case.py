@@ -333,11 +333,23 @@ def build_case(mark_kwargs, samples, where="autograd_check"):
     )
     validate_sample_values(case, where)
     _validate_isolate(mark_kwargs.get("isolate"), where)
+    _refuse_layout_without_world(mark_kwargs, where)
     if mark_kwargs.get("world_size") is not None:  # the op on several ranks, as one op on the global tensors
         from pytest_autograd.engine.distributed import across_ranks
 
         case.op = across_ranks(mark_kwargs, arg_names, samples, where)
     return case
+
+
+def _refuse_layout_without_world(mark_kwargs, where):
+    """Placements without ``world_size=`` would run the op in one process, where its collectives have no group."""
+    if mark_kwargs.get("world_size") is not None:
+        return
+    given = sorted(name for name in ("placements", "output_placements", "output_grad_placements", "grad_placements",
+                                     "dtensors") if mark_kwargs.get(name) not in (None, False))
+    if given:
+        raise UsageProblem(f"{where}: {', '.join(given)}= describe ranks, but there is no world_size=: add "
+                           "world_size=N (the number of ranks to run the op on), e.g. world_size=2")
 
 
 def _validate_isolate(value, where):

@@ -46,6 +46,18 @@ def validate_scan_options(options, where, known):
                                        or max_signatures < 1):
         raise UsageProblem(f"{where}: max_signatures= must be a positive int (signatures checked per op) or None "
                            f"for all of them, got {max_signatures!r}.")
+    across = sorted(name for name in ("world_size", "placements", "output_placements", "output_grad_placements",
+                                      "grad_placements", "dtensors") if options.get(name) not in (None, False))
+    if across:
+        raise UsageProblem(f"{where}: {', '.join(across)}= check one op across ranks; a model scan runs the model in "
+                           "one process: check such an op with @pytest.mark.autograd_op(op=..., world_size=..., "
+                           "placements=...) (see docs/distributed.md).")
+    if options.get("isolate") is not None:
+        from pytest_autograd.engine.isolate_modes import isolate_problem
+
+        problem = isolate_problem(options["isolate"], f"{where}: isolate=")
+        if problem:
+            raise UsageProblem(problem)
     autocast = options.get("autocast")
     if autocast is not None and str(autocast) not in AUTOCAST_DTYPES:
         raise UsageProblem(f"{where}: autocast= must be torch.float16 or torch.bfloat16 (the dtype the model's "

@@ -10,7 +10,7 @@ from pytest_autograd.checks.base import CheckContext
 from pytest_autograd.engine import notes
 from pytest_autograd.engine.after_failure import follow_up
 from pytest_autograd.engine.case import RunOptions, build_case, normalise_samples
-from pytest_autograd.engine.distributed import CALL_SECONDS, world_size
+from pytest_autograd.engine.distributed import CALL_SECONDS, reason_not_run, world_size
 from pytest_autograd.engine.devices import device_problem, physical_gpu, worker_device
 from pytest_autograd.engine.modules import with_parameters
 from pytest_autograd.engine.notes import AutogradNote
@@ -120,7 +120,7 @@ def _run_seeded(item, spec, device, settings, check, seed):
     try:
         _skip_if_it_does_not_apply_to_the_kept_case(item, spec, device, check)
         case = _case(item, spec, device, settings)
-        reason = check.applies(case, device)
+        reason = reason_not_run(check, case, device)
         if reason:
             skip_here(reason)
         rerun = rerun_command(item, settings.seed, spec, check, device)
@@ -157,7 +157,7 @@ def _skip_if_it_does_not_apply_to_the_kept_case(item, spec, device, check):
     case = kept_case(item.config, key)
     if case is None:
         return
-    reason = check.applies(case, device)
+    reason = reason_not_run(check, case, device)
     if reason:
         passed_over(item, spec, key)
         skip_here(reason)

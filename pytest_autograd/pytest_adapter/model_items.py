@@ -66,7 +66,7 @@ def _scan(item, spec, settings, registry, seed):
             scanned, [spec.check], devices=[spec.device], seed=seed, registry=registry,
             run_options=run_options(item.config), max_signatures=options.get("max_signatures", SCAN_OPTIONS[
                 "max_signatures"]), op_options=options.get("op_options"), explicit=True, at_other_sizes=sizes,
-            **_check_options(options))
+            **_check_options(options, spec.check))
         problem = None
     except UsageProblem as raised:
         problem = str(raised)
@@ -77,11 +77,11 @@ def _scan(item, spec, settings, registry, seed):
     return ScanResult(verdicts, capture.backward, notes + (sizes.notes if sizes is not None else [])), rerun
 
 
-def _check_options(options):
+def _check_options(options, check):
     """The marker's options that go to each op's checks; ``autocast=`` has the autocast check judge in its
     dtype."""
     found = {name: value for name, value in options.items() if name not in NOT_CHECK_OPTIONS}
-    if options.get("autocast") is not None:
+    if options.get("autocast") is not None and check == "autocast":
         found.setdefault("autocast_dtypes", (options["autocast"],))
     return found
 

@@ -58,6 +58,12 @@ def not_judged(check_name, case):
             f"run for an op across {world_size(case)} ranks")
 
 
+def reason_not_run(check, case, device):
+    """Why ``check`` does not run on ``case`` on ``device``, None when it does: across ranks, ``not_judged``'s reason
+    comes first (the check's own ``applies`` would judge the wrapper, not the op)."""
+    return not_judged(check.name, case) or check.applies(case, device)
+
+
 def across_ranks(mark_kwargs, arg_names, samples, where):
     """The op of ``mark_kwargs`` run on ``world_size`` ranks as one op on global tensors (an AcrossRanks), its
     placements validated against ``samples``."""
@@ -68,4 +74,5 @@ def across_ranks(mark_kwargs, arg_names, samples, where):
     return AcrossRanks(mark_kwargs["op"], layout)
 
 
-__all__ = ["JUDGED_ACROSS_RANKS", "OPTIONS", "across_ranks", "exhaustive_limit", "not_judged", "world_size"]
+__all__ = ["JUDGED_ACROSS_RANKS", "OPTIONS", "across_ranks", "exhaustive_limit", "not_judged", "reason_not_run",
+           "world_size"]

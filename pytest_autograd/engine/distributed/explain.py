@@ -23,6 +23,9 @@ def explain(report, case):
     """Add to ``report`` (a failure of a check on an AcrossRanks op) the rank of its worst element and, where the
     gradient is off by the world size (or its inverse), or zero, on every rank's shard, what that suggests."""
     layout = case.op.layout
+    uneven = _uneven(case, layout)
+    if uneven:
+        report.details.append(uneven)
     slot = _slot(report.argument, layout)
     if slot is None:
         return
@@ -91,7 +94,8 @@ def _derivative_factor(report, layout):
         return None
     if abs(factor - size) < 1e-9:
         return (f"the analytical gradient of `{name}` is {size}x the numerical one ({size} ranks): the backward "
-                "all-reduces a gradient that was already reduced, or every rank adds what one rank should"
+                "all-reduces a gradient that was already reduced, every rank adds what one rank should, or the "
+                f"forward divides by {size} what the backward does not (an average where a sum belongs)"
                 + _partial_cotangent(layout))
     if abs(factor - 1 / size) < 1e-9:
         return (f"the analytical gradient of `{name}` is 1/{size} of the numerical one ({size} ranks): the forward "
@@ -126,6 +130,24 @@ def _index(worst, name):
     if not found:
         return None
     return tuple(int(part) for part in found[-1].split(",") if part.strip())
+
+
+def _uneven(case, layout):
+    """What the samples shard unevenly over the ranks, in words (None if nothing): a layer written for even shards
+    (an all_gather of equal parts) fails or crashes on them, through no fault of its maths."""
+    size = layout.world_size
+    for sample in case.samples:
+        for slot, value in list(enumerate(sample.args)) + list(sample.kwargs.items()):
+            placement = layout.input(slot) if isinstance(slot, str) or slot in layout.inputs else None
+            if placement is None or placement.kind != "Shard" or not hasattr(value, "shape") or not value.dim():
+                continue
+            dim = placement.dim % value.dim()
+            if value.shape[dim] % size:
+                parts = [chunk.shape[dim] for chunk in value.chunk(size, dim)]
+                return (f"`{layout.name(slot)}` is split unevenly: dim {dim} has {value.shape[dim]} over {size} ranks "
+                        f"({', '.join(map(str, parts))}, as torch.chunk splits it); a layer written for even shards "
+                        f"needs a global size its world divides: give samples whose dim {dim} is a multiple of {size}")
+    return None
 
 
 def _shape(case, slot):

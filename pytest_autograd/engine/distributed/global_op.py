@@ -36,6 +36,10 @@ class RanksDisagree(RuntimeError):
     """A replicated output or gradient is not the same on every rank."""
 
 
+class LayoutMismatch(Exception):
+    """The marker's placements do not fit what the op returned: a mistake in the layout, not in the op."""
+
+
 @dataclass
 class Layout:
     """Where each argument, output and gradient lives across ``world_size`` ranks (placements by argument slot:
@@ -89,7 +93,7 @@ class AcrossRanks:
 
     def __call__(self, *args, **kwargs):
         if self.hung is not None:
-            raise RanksFailed(f"{self.hung} (as in an earlier call, which was not run again)")
+            raise RanksFailed(f"{self.hung} (in an earlier call of this item; the ranks were not asked again)")
         keys = tuple(kwargs)
         values = (*args, *kwargs.values())
         keep = torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
@@ -141,6 +145,7 @@ class _Call(torch.autograd.Function):
                              setups=layout.setups)
         _raise_if_failed(outcomes, "forward", across)
         locals_ = [outcome.value for outcome in outcomes]
+        _check_outputs_against(layout, locals_[0])
         outputs = []
         for index in range(len(locals_[0])):
             placement = layout.output(index)
@@ -186,7 +191,7 @@ class _Call(torch.autograd.Function):
             global_, differ = assemble([g.to(ctx.device) for g in ranks], placement)
             if differ:
                 raise RanksDisagree(
-                    f"the gradient of `{layout.name(slot)}` is {placement} (the placement of `{layout.name(slot)}`), "
+                    f"the gradient of `{layout.name(slot)}` is {placement} ({_why_grad(layout, slot)}), "
                     f"but rank(s) {_join(differ)} hold another one than rank 0: a replicated argument's gradient "
                     "must be summed over the ranks (an all-reduce missing in backward?), or declared "
                     f"grad_placements={{'{layout.name(slot)}': Partial()}} where the caller sums it (as DDP does)"
@@ -197,6 +202,30 @@ class _Call(torch.autograd.Function):
                                     f"has shape {tuple(global_.shape)}, not the argument's {tuple(ctx.shapes[slot])}")
             found[slot] = global_
         return (None, None, *[found.get(slot) for slot in ctx.slots])
+
+
+def _why_grad(layout, slot):
+    """Where the gradient's placement comes from, in words."""
+    name = layout.name(slot)
+    if slot in layout.grads:
+        return f"grad_placements= of `{name}`"
+    if layout.input(slot).kind == "Partial":
+        return f"`{name}` is Partial(): its gradient is the whole one, on every rank"
+    return f"the placement of `{name}`"
+
+
+def _check_outputs_against(layout, outputs):
+    """The declared output placements fit what the op returned: as many as its outputs (or one for all), each Shard
+    naming a dim the output has."""
+    if len(layout.outputs) > max(len(outputs), 1):
+        raise LayoutMismatch(f"output_placements= gives {len(layout.outputs)} placements, but the op returns "
+                             f"{len(outputs)} output(s): give one placement, or one per output")
+    for index, output in enumerate(outputs):
+        for option, placement in (("output_placements", layout.output(index)),
+                                  ("output_grad_placements", layout.output_grad(index))):
+            if placement.kind == "Shard" and not -output.dim() <= placement.dim < max(output.dim(), 1):
+                raise LayoutMismatch(f"{option}: {placement} for output {index}, which has {output.dim()} dim(s) "
+                                     f"(shape {tuple(output.shape)} on rank 0): name a dim it has")
 
 
 _LET_GO = []  # calls whose outputs were freed here since the ranks last heard: their graphs can go

@@ -35,6 +35,11 @@ def _by_slot(given, option, arg_names, samples, where):
     for key, value in given.items():
         placement = placement_of(value, f"{where}: {option}[{key!r}]")
         if isinstance(key, int) and not isinstance(key, bool):
+            count = max(len(sample.args) for sample in samples) if samples else 0
+            if not 0 <= key < max(count, len(arg_names)):
+                raise UsageProblem(f"{where}: {option} names position {key}, but the op takes {count} positional "
+                                   f"argument(s) in the samples ({', '.join(arg_names) or 'names unknown'}): count "
+                                   "from 0, or name the argument")
             found[key] = placement
             if key < len(arg_names):
                 found[arg_names[key]] = placement

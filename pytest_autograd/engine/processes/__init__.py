@@ -50,7 +50,10 @@ class Crash:
 
     @property
     def last_words(self):
-        return self.log[-LOG_TAIL_BYTES:]
+        if len(self.log) <= LOG_TAIL_BYTES:
+            return self.log
+        tail = self.log[-LOG_TAIL_BYTES:]
+        return tail[tail.find("\n") + 1:] if "\n" in tail else tail  # whole lines only
 
     @property
     def signal_name(self):
