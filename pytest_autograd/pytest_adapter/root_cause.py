@@ -1,7 +1,8 @@
 """One full report per root cause.
 
-An op whose forward or backward raises, a reference that raises, or a test
-body whose samples are unusable makes every check of the test fail for the
+An op whose forward or backward raises (or crashes the process) on the
+user's own sample, a reference that raises, or a test body whose samples are
+unusable makes every check of the test fail for the
 same reason. The first item of a test and device that meets a cause shows
 the full report; every other item of that test and device that meets the
 same cause fails with one line pointing at it.
@@ -22,6 +23,9 @@ CAUSES = pytest.StashKey()
 
 _OP_RAISED = re.compile(r"^the op's (?P<phase>\w+) raised (?P<error>[\w.]+)[^:\n]*: (?P<message>.*)$", re.S)
 _REFERENCE_RAISED = re.compile(r"^reference=.* raised ", re.S)
+# a crash on the user's own sample (engine.exploration.crashes) is every check's, as an error raised there is
+_CRASHED_ON_SAMPLE = re.compile(r"^`[^`]+` crashed the process \((?P<signal>[^)]*)\) on your sample: (?P<rest>.*)$",
+                                re.S)
 
 
 def cause_of_failure(summary):
@@ -31,6 +35,9 @@ def cause_of_failure(summary):
         return ("op raised", raised.group("phase"), raised.group("error"), raised.group("message"))
     if _REFERENCE_RAISED.match(summary):
         return ("reference raised", summary)
+    crashed = _CRASHED_ON_SAMPLE.match(summary)
+    if crashed:
+        return ("crashed on the sample", crashed.group("signal"), crashed.group("rest"))
     return None
 
 
