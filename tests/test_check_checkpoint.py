@@ -112,19 +112,23 @@ def test_an_op_that_raises_only_under_the_reentrant_checkpoint_is_noted_with_the
 
 def test_checkpoint_fails_a_backward_that_raises_only_when_its_saved_tensors_are_recomputed():
     class ChecksSavedIdentity(torch.autograd.Function):
-        """Keeps the saved tensor's address on ctx and refuses another: a recompute hands back a new tensor."""
+        """Numbers the tensor it saves and refuses another: a recompute hands back a new tensor, numbered by the
+        recompute's own forward. (A number, not the address: a recompute may land where the freed original was.)"""
+
+        calls = 0
 
         @staticmethod
         def forward(ctx, x):
+            ChecksSavedIdentity.calls += 1
             y = x * 2
+            y.serial = ctx.serial = ChecksSavedIdentity.calls
             ctx.save_for_backward(y)
-            ctx.address = y.data_ptr()
             return y.sin()
 
         @staticmethod
         def backward(ctx, grad):
             (y,) = ctx.saved_tensors
-            if y.data_ptr() != ctx.address:
+            if getattr(y, "serial", None) != ctx.serial:
                 raise RuntimeError("saved buffer moved")
             return grad * y.cos() * 2
 
