@@ -84,15 +84,10 @@ def test_under_autocast_the_other_checks_still_judge_every_op_on_the_plain_step(
     pytester.makepyfile(test_models="""
         import pytest, torch
         from torch import nn
+        from reference_ops.training import LinearAutocast
 
 
-        class DoubledInputGrad(torch.autograd.Function):
-            @staticmethod
-            @torch.amp.custom_fwd(device_type="cpu")
-            def forward(ctx, x, w):
-                ctx.save_for_backward(x, w)
-                return x @ w.T
-
+        class DoubledInputGrad(LinearAutocast):
             @staticmethod
             @torch.amp.custom_bwd(device_type="cpu")
             def backward(ctx, grad):

@@ -345,8 +345,9 @@ def _refuse_layout_without_world(mark_kwargs, where):
     """Placements without ``world_size=`` would run the op in one process, where its collectives have no group."""
     if mark_kwargs.get("world_size") is not None:
         return
-    given = sorted(name for name in ("placements", "output_placements", "output_grad_placements", "grad_placements",
-                                     "dtensors") if mark_kwargs.get(name) not in (None, False))
+    from pytest_autograd.engine.distributed import given_options
+
+    given = given_options(mark_kwargs)
     if given:
         raise UsageProblem(f"{where}: {', '.join(given)}= describe ranks, but there is no world_size=: add "
                            "world_size=N (the number of ranks to run the op on), e.g. world_size=2")

@@ -4,6 +4,7 @@ Imports no torch: the marker is validated at collection.
 """
 
 from pytest_autograd.engine.case import CORE_OPTIONS, validate_tolerances
+from pytest_autograd.engine.distributed import given_options
 from pytest_autograd.engine.outcomes import UsageProblem
 from pytest_autograd.results.naming import did_you_mean
 
@@ -16,6 +17,12 @@ AUTOCAST_DTYPES = ("torch.float16", "torch.bfloat16")  # what autocast= may name
 PER_OP_ONLY = ("reference", "constants", "size_samples")
 # Options of a whole scan that are not the checks' (they are the item's or the scan's).
 NOT_PER_OP = ("op", "devices", "checks", "skip")
+
+
+def autocast_check_options(options, autocast):
+    """The autocast check's options in a scan with ``autocast=``: judged in the dtype the model's step runs in, unless
+    the options choose the dtypes themselves."""
+    return {**options, "autocast_dtypes": options.get("autocast_dtypes") or (autocast,)}
 
 
 def op_options_known(registry, names):
@@ -46,8 +53,7 @@ def validate_scan_options(options, where, known):
                                        or max_signatures < 1):
         raise UsageProblem(f"{where}: max_signatures= must be a positive int (signatures checked per op) or None "
                            f"for all of them, got {max_signatures!r}.")
-    across = sorted(name for name in ("world_size", "placements", "output_placements", "output_grad_placements",
-                                      "grad_placements", "dtensors") if options.get(name) not in (None, False))
+    across = given_options(options)
     if across:
         raise UsageProblem(f"{where}: {', '.join(across)}= check one op across ranks; a model scan runs the model in "
                            "one process: check such an op with @pytest.mark.autograd_op(op=..., world_size=..., "

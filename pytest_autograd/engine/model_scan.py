@@ -24,7 +24,12 @@ from pytest_autograd.engine.builtin import register_builtin_checks
 from pytest_autograd.engine.case import Sample
 from pytest_autograd.engine.devices import devices_option
 from pytest_autograd.engine.model_capture import capture_model
-from pytest_autograd.engine.model_options import DEFAULT_MAX_SIGNATURES, op_options_known, validate_scan_options
+from pytest_autograd.engine.model_options import (
+    DEFAULT_MAX_SIGNATURES,
+    autocast_check_options,
+    op_options_known,
+    validate_scan_options,
+)
 from pytest_autograd.engine.model_ops import group_calls, ran_list, select_ops
 from pytest_autograd.engine.model_sizes import judges_sizes, model_sizes
 from pytest_autograd.engine.outcomes import UsageProblem
@@ -451,7 +456,7 @@ def autograd_scan(model, *inputs, calls=None, checks=None, skip=None, devices=No
         verdicts = merged(verdicts, check_ops(
             under, ["autocast"], devices=devices, seed=seed, registry=registry, run_options=run_options,
             max_signatures=max_signatures, op_options=op_options, explicit=checks is not None,
-            **{**options, "autocast_dtypes": options.get("autocast_dtypes") or (autocast,)}))
+            **autocast_check_options(options, autocast)))
     return ScanResult(verdicts, capture.backward, notes + (sizes.notes if sizes is not None else []))
 
 

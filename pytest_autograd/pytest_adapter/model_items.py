@@ -11,7 +11,7 @@ import pytest
 
 from pytest_autograd.engine.devices import device_problem
 from pytest_autograd.engine.model_capture import capture_model
-from pytest_autograd.engine.model_options import SCAN_OPTIONS
+from pytest_autograd.engine.model_options import SCAN_OPTIONS, autocast_check_options
 from pytest_autograd.engine.model_sizes import judges_sizes, model_sizes
 from pytest_autograd.engine.model_scan import (
     NothingToCheck,
@@ -82,7 +82,7 @@ def _check_options(options, check):
     dtype."""
     found = {name: value for name, value in options.items() if name not in NOT_CHECK_OPTIONS}
     if options.get("autocast") is not None and check == "autocast":
-        found.setdefault("autocast_dtypes", (options["autocast"],))
+        return autocast_check_options(found, options["autocast"])
     return found
 
 

@@ -33,6 +33,11 @@ CALL_SECONDS = 30.0  # one call on the ranks (a forward or a backward) may take 
 EXHAUSTIVE_ACROSS_RANKS = 16
 
 
+def given_options(options):
+    """The distributed options ``options`` (a marker's keywords) sets, sorted: the layout's ones, and world_size."""
+    return sorted(name for name in OPTIONS if options.get(name) not in (None, False))
+
+
 def world_size(case):
     """The case's world size (None: one process)."""
     return case.option("world_size")
@@ -74,5 +79,5 @@ def across_ranks(mark_kwargs, arg_names, samples, where):
     return AcrossRanks(mark_kwargs["op"], layout)
 
 
-__all__ = ["JUDGED_ACROSS_RANKS", "OPTIONS", "across_ranks", "exhaustive_limit", "not_judged", "reason_not_run",
+__all__ = ["JUDGED_ACROSS_RANKS", "OPTIONS", "across_ranks", "exhaustive_limit", "given_options", "not_judged", "reason_not_run",
            "world_size"]

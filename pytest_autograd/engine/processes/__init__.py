@@ -256,7 +256,7 @@ class Worker:
         if self.farewell and self._marks is None:
             handle, self._marks = tempfile.mkstemp(prefix=f"pytest-autograd-{self.name}-", suffix=".where")
             os.close(handle)
-            atexit.register(_remove, self._marks)  # before the child is stopped: a normal end bids no farewell
+            atexit.register(remove_quietly, self._marks)  # before the child is stopped: a normal end bids no farewell
 
     def mark(self, where):
         """Say what the session is doing now (the item running), for the farewell of a child whose session died."""
@@ -302,7 +302,8 @@ def start_method():
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def _remove(path):
+def remove_quietly(path):
+    """Remove a file that may be gone already (the child or the parent took it first)."""
     try:
         os.unlink(path)
     except OSError:  # the child took it, bidding farewell

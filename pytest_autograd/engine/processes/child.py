@@ -11,7 +11,7 @@ import signal
 import pickle
 import traceback
 
-from pytest_autograd.engine.processes import transport
+from pytest_autograd.engine.processes import remove_quietly, transport
 
 
 def serve(connection, log, environment, farewell=None, marks=None, farewell_to=None):
@@ -27,7 +27,7 @@ def serve(connection, log, environment, farewell=None, marks=None, farewell_to=N
             message = connection.recv_bytes()
         except (EOFError, OSError):
             _farewell(session_stderr, farewell, marks)
-            _remove(log)  # nobody reads it now
+            remove_quietly(log)  # nobody reads it now
             return
         kind, value = _run(message)
         try:
@@ -35,13 +35,6 @@ def serve(connection, log, environment, farewell=None, marks=None, farewell_to=N
         except Exception as error:  # a result that cannot cross back
             answer = transport.dumps(("raised", _raised(error)))
         connection.send_bytes(answer)
-
-
-def _remove(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _farewell(stderr, farewell, marks):
